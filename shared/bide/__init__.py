@@ -1,0 +1,82 @@
+"""Bide: durable agent sessions whose tasks wait for the world while nothing runs.
+
+The public API:
+
+* tasks: :func:`define_task`, :class:`TaskRuntime`, :class:`TaskView`, the states
+  (:class:`Pending`, :class:`Running`, :class:`Waiting`, :class:`Sleeping`,
+  :class:`Completing`, :class:`Terminal`) and outcomes (:class:`Completed`, :class:`Failed`,
+  :class:`Aborted`, :class:`Orphaned`, :class:`Faulted`);
+* signals: :func:`define_signal`, :class:`SignalToken`, :class:`SignalKey`,
+  :class:`SignalResult`, :class:`SignalValue`, :class:`SignalExpired`;
+* wakes: :class:`WakeTime`, :class:`WakeExpired`, :class:`WakeSignal`, :class:`WakeTasks`,
+  and :class:`Wake` (what ``Harness.wake()`` returns);
+* running: :class:`Harness`; ports :class:`Clock` (:class:`SystemClock`,
+  :class:`ManualClock`), :class:`Store` (:class:`SQLiteStore`), :class:`IdSource`;
+* errors: :class:`BideError` and its subclasses.
+"""
+
+from .clock import DAY, HOUR, MINUTE, Clock, ManualClock, SystemClock
+from .errors import (
+    BideError,
+    CommitTooLarge,
+    ConflictError,
+    DefinitionError,
+    HarnessClosed,
+    InvalidPark,
+    InvalidTransition,
+    InvalidWait,
+    InvocationEnded,
+    KeyReuseError,
+    StoreUnavailable,
+    UnknownTaskKind,
+)
+from .harness import Harness
+from .ids import IdSource, RandomIds, SequentialIds
+from .records import TaskRecord
+from .rules import Wake
+from .signals import (
+    InvalidSignalValue,
+    SignalExpired,
+    SignalKey,
+    SignalResult,
+    SignalState,
+    SignalToken,
+    SignalValue,
+    define_signal,
+)
+from .state import (
+    Aborted,
+    Completed,
+    Completing,
+    Failed,
+    Faulted,
+    Orphaned,
+    Outcome,
+    Pending,
+    Running,
+    Sleeping,
+    TaskState,
+    Terminal,
+    Waiting,
+    WakeExpired,
+    WakeReason,
+    WakeSignal,
+    WakeTasks,
+    WakeTime,
+)
+from .store import SessionSnapshot, SQLiteStore, Store
+from .tasks import TaskDefinition, TaskRuntime, TaskView, Tx, define_task
+
+__all__ = [
+    "DAY", "HOUR", "MINUTE",
+    "Aborted", "BideError", "Clock", "CommitTooLarge", "Completed", "Completing",
+    "ConflictError", "DefinitionError", "Failed", "Faulted", "Harness", "HarnessClosed",
+    "IdSource", "InvalidPark", "InvalidSignalValue", "InvalidTransition", "InvalidWait",
+    "InvocationEnded", "KeyReuseError", "ManualClock", "Orphaned", "Outcome", "Pending",
+    "RandomIds", "Running", "SQLiteStore", "SequentialIds", "SessionSnapshot", "SignalExpired",
+    "SignalKey", "SignalResult", "SignalState", "SignalToken", "SignalValue", "Sleeping",
+    "Store", "StoreUnavailable", "SystemClock", "TaskDefinition", "TaskRecord", "TaskRuntime",
+    "TaskState", "TaskView", "Terminal", "Tx", "UnknownTaskKind", "Wake", "WakeExpired",
+    "WakeReason", "WakeSignal", "WakeTasks", "WakeTime", "Waiting", "define_signal",
+    "define_task",
+]

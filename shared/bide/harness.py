@@ -1,0 +1,531 @@
+"""The Harness: one session's task graph, run until every task is parked or ended.
+
+The harness is the only code that talks to the store. Every change is one atomic commit
+conditioned on the session's sequence number; state is adopted in memory only after the store
+accepted it. On a conflict the harness reloads and evaluates the change again against the
+fresh view (optimistic concurrency), so a concurrent signal never interrupts running work,
+while a concurrent abort or takeover ends the stale invocation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from .clock import Clock, SystemClock
+from .errors import (
+    ConflictError,
+    DefinitionError,
+    HarnessClosed,
+    InvocationEnded,
+    KeyReuseError,
+    UnknownTaskKind,
+)
+from .ids import IdSource, RandomIds, keyed_id
+from .records import TaskRecord
+from .rules import (
+    SignalDecision,
+    Wake,
+    bump,
+    compute_wake,
+    decide_signal,
+    descendants,
+    ended_outcome,
+    live_children,
+    ready_to_settle,
+    runnable_for_abort,
+    wakeup,
+)
+from .runtime import Runtime
+from .signals import SignalResult, SignalToken
+from .state import (
+    Aborted,
+    Completing,
+    Faulted,
+    Orphaned,
+    Outcome,
+    Pending,
+    Running,
+    Terminal,
+)
+from .store.base import Store
+from .tasks import TaskDefinition, TaskView
+
+R = TypeVar("R")
+
+DEFAULT_RESTART_LIMIT = 5
+_COMMIT_ATTEMPTS = 8
+
+
+class Draft:
+    """The writes of one commit being built, over the harness's adopted view."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.harness = harness
+        self.writes: dict[str, TaskRecord] = {}
+
+    def get(self, task_id: str) -> TaskRecord | None:
+        """The task as this commit would leave it, if live in memory."""
+        return self.writes.get(task_id) or self.harness._live.get(task_id)
+
+    def find(self, task_id: str) -> TaskRecord | None:
+        """Like :meth:`get`, falling back to the store for ended tasks."""
+        return self.get(task_id) or self.harness._fetch(task_id)
+
+    def put(self, record: TaskRecord) -> None:
+        """Stage a record for this commit."""
+        self.writes[record.id] = record
+
+    def live(self) -> dict[str, TaskRecord]:
+        """Every live task as this commit would leave them."""
+        merged = {**self.harness._live, **self.writes}
+        return {k: v for k, v in merged.items() if v.live}
+
+
+class Harness:
+    """Runs one session. Create it, ``await open()``, then create tasks, deliver signals and
+    ``await run_until_parked()``; ``wake()`` says whether and when it must run again."""
+
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        tasks: Iterable[TaskDefinition] = (),
+        *,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+        restart_limit: int = DEFAULT_RESTART_LIMIT,
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.clock: Clock = clock or SystemClock()
+        self.ids: IdSource = ids or RandomIds()
+        self.restart_limit = restart_limit
+        self._defs: dict[tuple[str, int], TaskDefinition] = {}
+        for definition in tasks:
+            self.register(definition)
+        self._seq = 0
+        self._live: dict[str, TaskRecord] = {}
+        self._ended: dict[str, TaskRecord] = {}
+        self._inflight: dict[str, asyncio.Task[None]] = {}
+        self._mine: set[str] = set()
+        self._changed = asyncio.Event()
+        self._opened = False
+        self._closed = False
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def register(self, definition: TaskDefinition) -> None:
+        """Make a task kind runnable by this harness."""
+        key = (definition.name, definition.version)
+        if key in self._defs and self._defs[key] is not definition:
+            raise DefinitionError(f"task kind {definition.name!r} v{definition.version} twice")
+        self._defs[key] = definition
+
+    async def open(self) -> None:
+        """Load the session. Tasks left ``running`` by a dead process go back to ``pending``
+        with their wake (counting a restart); parked tasks stay parked."""
+        if self._closed:
+            raise HarnessClosed("this harness was closed; create a new one")
+        self._reload()
+        self._opened = True
+
+        def recover(d: Draft) -> None:
+            for record in list(d.live().values()):
+                if isinstance(record.state, Running):
+                    restarts = record.restarts + 1
+                    if restarts > self.restart_limit:
+                        self._finish(d, record, Faulted(error="restart limit reached"))
+                    else:
+                        pending = Pending(checkpoint=record.state.checkpoint, wake=record.state.wake)
+                        d.put(bump(record, state=pending, restarts=restarts))
+
+        self._apply(recover)
+
+    async def close(self) -> None:
+        """Stop running work. Running tasks go back to ``pending`` (no restart counted), so a
+        later ``open()`` continues them. The store stays open (it is the caller's)."""
+        if self._closed:
+            return
+        tasks = list(self._inflight.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+        def release(d: Draft) -> None:
+            for record in list(d.live().values()):
+                state = record.state
+                if isinstance(state, Running) and state.invocation in self._mine:
+                    pending = Pending(checkpoint=state.checkpoint, wake=state.wake)
+                    d.put(bump(record, state=pending))
+
+        if self._opened:
+            self._apply(release)
+        self._closed = True
+
+    # --- commands ----------------------------------------------------------------------------
+
+    async def create_task(
+        self,
+        kind: TaskDefinition,
+        input: Any = None,
+        *,
+        key: str | None = None,
+        background: bool = False,
+    ) -> str:
+        """Create a top-level task and return its id. With ``key``, creating again returns
+        the same task (another kind or input under a used key raises KeyReuseError)."""
+        return self._apply(
+            lambda d: self.new_task(d, kind, input, key=key, owner=None, background=background)
+        )
+
+    async def signal(
+        self, task_id: str, token: SignalToken[Any], key: str, value: Any
+    ) -> SignalResult:
+        """Deliver ``value`` under ``token.key(key)`` to a task of this session."""
+        return (await self.deliver(task_id, token, key, value)).result
+
+    async def deliver(
+        self, task_id: str, token: SignalToken[Any], key: str, value: Any
+    ) -> SignalDecision:
+        """Like :meth:`signal`, also telling which fields of an ``invalid`` value failed."""
+
+        def store_value(d: Draft) -> SignalDecision:
+            decision = decide_signal(d.find(task_id), token, key, value, self.clock.now())
+            if decision.record is not None:
+                d.put(decision.record)
+            return decision
+
+        return self._apply(store_value)
+
+    async def abort(self, task_id: str, reason: str | None = None) -> bool:
+        """Abort-mark a task and its owned work. Parked tasks stop waiting at once; running
+        ones are refused their next commit. False when the task had already ended."""
+
+        def mark(d: Draft) -> bool:
+            record = d.get(task_id)
+            if record is None:
+                return False
+            targets = descendants(task_id, d.live())
+            if not isinstance(record.state, Completing):
+                targets.append(record)
+            for target in targets:
+                if not target.abort_marked:
+                    d.put(bump(target, abort_marked=True, abort_reason=reason))
+            return True
+
+        return self._apply(mark)
+
+    async def run_until_parked(self, *, stop_at: float | None = None) -> Wake:
+        """Run every runnable task until all are parked or ended, and return :meth:`wake`.
+
+        With ``stop_at`` (a clock time) no new invocation starts after it; the returned wake
+        then says ``active`` and the host re-arms at once.
+        """
+        self._ensure_open()
+        while not self._closed:
+            if stop_at is None or self.clock.now() < stop_at:
+                for task_id, invocation in self._apply(self._reserve):
+                    self._spawn(task_id, invocation)
+            if not self._inflight:
+                break
+            self._changed.clear()
+            waiter = asyncio.ensure_future(self._changed.wait())
+            done, _ = await asyncio.wait(
+                {*self._inflight.values(), waiter}, return_when=asyncio.FIRST_COMPLETED
+            )
+            waiter.cancel()
+            for task in done:
+                if task is not waiter and not task.cancelled() and task.exception():
+                    raise task.exception()  # type: ignore[misc]  # an engine bug: surface it
+        return self.wake()
+
+    # --- queries -----------------------------------------------------------------------------
+
+    def wake(self) -> Wake:
+        """``active``: something can run now; ``at``: the earliest sleep deadline (or None)."""
+        return compute_wake(self._live, self.clock.now(), self.outcome)
+
+    def task(self, task_id: str) -> TaskRecord | None:
+        """A task's record, live or ended."""
+        return self._live.get(task_id) or self._fetch(task_id)
+
+    def outcome(self, task_id: str) -> Outcome | None:
+        """A terminal task's outcome, or None while it is live (or unknown)."""
+        if task_id in self._live:
+            return None
+        return ended_outcome(self._fetch(task_id))
+
+    @property
+    def live_tasks(self) -> dict[str, TaskRecord]:
+        """The live tasks as last adopted (read-only view)."""
+        return dict(self._live)
+
+    @property
+    def seq(self) -> int:
+        """The session's sequence number as last seen."""
+        return self._seq
+
+    # --- engine internals (used by Runtime) --------------------------------------------------
+
+    def new_task(
+        self,
+        d: Draft,
+        kind: TaskDefinition,
+        input: Any,
+        *,
+        key: str | None,
+        owner: str | None,
+        background: bool,
+    ) -> str:
+        """Stage a new task (or find the one a key already names)."""
+        if self._defs.get((kind.name, kind.version)) is not kind:
+            raise UnknownTaskKind(
+                f"task kind {kind.name!r} v{kind.version} is not registered with this harness"
+            )
+        value = kind.validate_input(input)
+        _require_json(value, f"input of task kind {kind.name!r}")
+        if key is not None:
+            task_id = keyed_id("t-", self.session_id, owner or "", key)
+            existing = d.find(task_id)
+            if existing is not None:
+                if existing.kind != kind.name or existing.input != value:
+                    raise KeyReuseError(
+                        f"key {key!r} already names a {existing.kind!r} task with other input"
+                    )
+                return task_id
+        else:
+            task_id = self.ids.new_id("t-")
+        checkpoint = kind.initial(value)
+        d.put(
+            TaskRecord(
+                id=task_id,
+                session_id=self.session_id,
+                kind=kind.name,
+                version=kind.version,
+                input=value,
+                owner=owner,
+                background=background,
+                key=key,
+                state=Pending(checkpoint=checkpoint),  # type: ignore[arg-type]
+                created_at=self.clock.now(),
+            )
+        )
+        return task_id
+
+    def _finish(self, d: Draft, record: TaskRecord, outcome: Outcome) -> None:
+        """End a task: terminal, or completing while owned work is live (that work is
+        abort-marked unless it runs in the background)."""
+        live = d.live()
+        if live_children(record.id, live):
+            for child in descendants(record.id, live):
+                if not child.abort_marked and not child.background:
+                    d.put(bump(child, abort_marked=True, abort_reason="owner ended"))
+            d.put(bump(record, state=Completing(outcome=outcome)))
+        else:
+            # Memos and signal values live exactly as long as the task.
+            d.put(bump(record, state=Terminal(outcome=outcome), memos={}, signals={}))
+
+    def _apply(self, change: Callable[[Draft], R]) -> R:
+        """Evaluate ``change`` against the adopted view and commit its writes; on a conflict
+        reload and evaluate it again (it decides afresh; nothing stale is resent)."""
+        for _ in range(_COMMIT_ATTEMPTS):
+            if self._closed:
+                raise HarnessClosed("this harness was closed; create a new one")
+            draft = Draft(self)
+            result = change(draft)
+            if not draft.writes:
+                return result
+            try:
+                self._seq = self.store.commit(self.session_id, self._seq, list(draft.writes.values()))
+            except ConflictError:
+                self._reload()
+                continue
+            self._adopt(draft.writes.values())
+            return result
+        raise ConflictError(self.session_id, self._seq, None)
+
+    def _adopt(self, records: Iterable[TaskRecord]) -> None:
+        for record in records:
+            if record.live:
+                self._live[record.id] = record
+            else:
+                self._live.pop(record.id, None)
+                self._ended[record.id] = record
+        self._changed.set()
+
+    def _reload(self) -> None:
+        snapshot = self.store.load(self.session_id)
+        self._seq = snapshot.seq
+        self._live = dict(snapshot.tasks)
+        self._changed.set()
+
+    def _fetch(self, task_id: str) -> TaskRecord | None:
+        if task_id in self._ended:
+            return self._ended[task_id]
+        record = self.store.get_task(self.session_id, task_id)
+        if record is not None and not record.live:
+            self._ended[task_id] = record
+        return record
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise HarnessClosed("this harness was closed; create a new one")
+        if not self._opened:
+            raise HarnessClosed("call `await harness.open()` first")
+
+    # --- scheduling --------------------------------------------------------------------------
+
+    def _reserve(self, d: Draft) -> list[tuple[str, str]]:
+        """One commit that settles finished owners and reserves every eligible task."""
+        now = self.clock.now()
+        live = d.live()
+        started: list[tuple[str, str]] = []
+        for record in live.values():
+            if record.id in self._inflight:
+                continue
+            state = record.state
+            if ready_to_settle(record, live):
+                assert isinstance(state, Completing)
+                d.put(bump(record, state=Terminal(outcome=state.outcome), memos={}, signals={}))
+                continue
+            if record.abort_marked:
+                if not runnable_for_abort(record, live):
+                    continue
+                checkpoint = state.checkpoint  # type: ignore[union-attr]
+                wake = state.wake if isinstance(state, Pending) else None
+                signals = record.signals
+            elif isinstance(state, Pending):
+                checkpoint, wake, signals = state.checkpoint, state.wake, record.signals
+            elif state.status in ("sleeping", "waiting"):
+                found = wakeup(record, now, self.outcome)
+                if found is None:
+                    continue
+                checkpoint, wake, signals = state.checkpoint, found.wake, dict(found.signals)  # type: ignore[union-attr]
+            else:
+                continue
+            invocation = self.ids.new_id("i-")
+            running = Running(checkpoint=checkpoint, wake=wake, invocation=invocation)
+            d.put(bump(record, state=running, signals=signals))
+            started.append((record.id, invocation))
+        return started
+
+    def _spawn(self, task_id: str, invocation: str) -> None:
+        self._mine.add(invocation)
+        self._inflight[task_id] = asyncio.ensure_future(self._invoke(task_id, invocation))
+
+    def _held(self, task_id: str, invocation: str) -> TaskRecord | None:
+        record = self._live.get(task_id)
+        if record is not None and isinstance(record.state, Running):
+            if record.state.invocation == invocation:
+                return record
+        return None
+
+    async def _invoke(self, task_id: str, invocation: str) -> None:
+        try:
+            while (record := self._held(task_id, invocation)) is not None:
+                definition = self._defs.get((record.kind, record.version))
+                if definition is None:
+                    why = f"no definition of task kind {record.kind!r} v{record.version}"
+                    self._end_held(task_id, invocation, Orphaned(reason=why))
+                elif record.abort_marked and live_children(task_id, self._live):
+                    self._release_held(task_id, invocation)  # its abort waits for owned work
+                elif record.abort_marked:
+                    await self._run_abort(definition, record, invocation)
+                else:
+                    await self._run_phase(definition, record, invocation)
+        finally:
+            self._inflight.pop(task_id, None)
+            self._changed.set()
+
+    async def _run_phase(
+        self, definition: TaskDefinition, record: TaskRecord, invocation: str
+    ) -> None:
+        state = record.state
+        assert isinstance(state, Running)
+        name = state.checkpoint["phase"]
+        phase = definition.phases.get(name)
+        if phase is None:
+            self._end_held(record.id, invocation, Faulted(error=f"no phase named {name!r}"))
+            return
+        runtime = Runtime(self, record, invocation, aborting=False)
+        try:
+            await phase(_view(record), runtime)
+        except InvocationEnded:
+            return
+        except Exception as exc:
+            if not record.abort_marked and not self._aborted(record.id):
+                error = f"phase {name!r} raised {type(exc).__name__}: {exc}"
+                self._end_held(record.id, invocation, Faulted(error=error))
+            return
+        if self._held(record.id, invocation) is not None and not self._aborted(record.id):
+            if not runtime.progressed:
+                error = f"phase {name!r} returned without durable progress"
+                self._end_held(record.id, invocation, Faulted(error=error))
+
+    async def _run_abort(
+        self, definition: TaskDefinition, record: TaskRecord, invocation: str
+    ) -> None:
+        if definition.abort is None:
+            self._end_held(record.id, invocation, Aborted(reason=record.abort_reason))
+            return
+        runtime = Runtime(self, record, invocation, aborting=True)
+        try:
+            await definition.abort(_view(record), runtime)
+        except InvocationEnded:
+            return
+        except Exception as exc:
+            error = f"abort handler raised {type(exc).__name__}: {exc}"
+            self._end_held(record.id, invocation, Faulted(error=error))
+            return
+        if self._held(record.id, invocation) is not None:
+            error = "abort handler returned without committing a terminal state"
+            self._end_held(record.id, invocation, Faulted(error=error))
+
+    def _aborted(self, task_id: str) -> bool:
+        record = self._live.get(task_id)
+        return record is not None and record.abort_marked
+
+    def _release_held(self, task_id: str, invocation: str) -> None:
+        def release(d: Draft) -> None:
+            record = d.get(task_id)
+            state = record.state if record is not None else None
+            if isinstance(state, Running) and state.invocation == invocation:
+                assert record is not None
+                d.put(bump(record, state=Pending(checkpoint=state.checkpoint, wake=state.wake)))
+
+        self._apply(release)
+
+    def _end_held(self, task_id: str, invocation: str, outcome: Outcome) -> None:
+        def end(d: Draft) -> None:
+            record = d.get(task_id)
+            state = record.state if record is not None else None
+            if isinstance(state, Running) and state.invocation == invocation:
+                assert record is not None
+                self._finish(d, record, outcome)
+
+        self._apply(end)
+
+
+def _view(record: TaskRecord) -> TaskView:
+    state = record.state
+    assert isinstance(state, Running)
+    return TaskView(
+        id=record.id,
+        session_id=record.session_id,
+        kind=record.kind,
+        input=record.input,
+        checkpoint=state.checkpoint,
+        wake=state.wake,
+        owner=record.owner,
+        abort_reason=record.abort_reason,
+    )
+
+
+def _require_json(value: Any, what: str) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise DefinitionError(f"{what} must be JSON: {exc}") from None

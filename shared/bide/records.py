@@ -1,0 +1,64 @@
+"""The durable record of one task, exactly as stores keep it (JSON)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .state import TaskState
+
+
+class SignalSlot(BaseModel):
+    """One key's life on a task: a value (with the token version that wrote it), or expired;
+    ``consumed`` once it woke the task."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int | None = None
+    value: Any = None
+    has_value: bool = False
+    expired: bool = False
+    consumed: bool = False
+
+
+class TaskRecord(BaseModel):
+    """Everything the engine knows about a task. ``rev`` counts the record's writes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    session_id: str
+    kind: str
+    version: int
+    input: Any = None
+    owner: str | None = None
+    background: bool = False
+    key: str | None = None
+    abort_marked: bool = False
+    abort_reason: str | None = None
+    memos: dict[str, Any] = Field(default_factory=dict)
+    signals: dict[str, SignalSlot] = Field(default_factory=dict)
+    state: TaskState
+    created_at: float
+    restarts: int = 0
+    rev: int = 0
+
+    @property
+    def status(self) -> str:
+        """The state's status name."""
+        return self.state.status
+
+    @property
+    def live(self) -> bool:
+        """True until the task is terminal (completing tasks are still live)."""
+        return self.state.status != "terminal"
+
+    def to_json(self) -> str:
+        """The stored form."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> TaskRecord:
+        """Read the stored form back."""
+        return cls.model_validate_json(data)

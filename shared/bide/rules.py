@@ -1,0 +1,292 @@
+"""The engine's decisions, as pure functions of task records and the time.
+
+Nothing here reads a clock, a store or an id source: the harness passes ``now`` and the
+records in, and writes what comes out. That keeps every rule testable in isolation and makes
+the harness a thin loop around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidPark, InvalidWait
+from .records import SignalSlot, TaskRecord
+from .signals import InvalidSignalValue, SignalResult, SignalToken, slot_name
+from .state import (
+    HOLDS_OUTCOME,
+    Outcome,
+    Pending,
+    Running,
+    Sleeping,
+    Terminal,
+    Waiting,
+    WakeExpired,
+    WakeReason,
+    WakeSignal,
+    WakeTasks,
+    WakeTime,
+)
+
+OutcomeOf = Callable[[str], Outcome | None]
+"""Looks up a task's outcome: None while the task is live (or completing)."""
+
+
+def bump(record: TaskRecord, **changes: Any) -> TaskRecord:
+    """A new revision of ``record`` with ``changes`` applied (records are never mutated)."""
+    return record.model_copy(update={**changes, "rev": record.rev + 1})
+
+
+# --- signals ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SignalDecision:
+    """What a delivery does: the result, the record to write (delivered only), and for
+    ``invalid`` which fields failed and why."""
+
+    result: SignalResult
+    record: TaskRecord | None = None
+    errors: tuple[dict[str, str], ...] = ()
+
+
+def decide_signal(
+    record: TaskRecord | None, token: SignalToken[Any], key: str, value: Any, now: float
+) -> SignalDecision:
+    """Apply design 001's delivery checks, in their order."""
+    if record is None:
+        return SignalDecision(SignalResult.NOT_FOUND)
+    if record.state.status in HOLDS_OUTCOME or record.abort_marked:
+        return SignalDecision(SignalResult.CLOSED)
+    try:
+        validated = token.validate(value)
+    except InvalidSignalValue as exc:
+        return SignalDecision(SignalResult.INVALID, errors=tuple(exc.errors))
+    name = slot_name(token.name, key)
+    slot = record.signals.get(name)
+    if slot is not None and slot.has_value:
+        return SignalDecision(SignalResult.DUPLICATE)
+    if slot is not None and slot.expired:
+        return SignalDecision(SignalResult.CLOSED)
+    if deadline_passed_for(record, name, now):
+        return SignalDecision(SignalResult.CLOSED)
+    stored = SignalSlot(version=token.version, value=token.dump(validated), has_value=True)
+    return SignalDecision(
+        SignalResult.DELIVERED, bump(record, signals={**record.signals, name: stored})
+    )
+
+
+def deadline_passed_for(record: TaskRecord, slot: str, now: float) -> bool:
+    """True when the task sleeps on ``slot`` and that sleep's deadline has passed: a value
+    arriving now would contradict the ``expired`` wake the task is about to get."""
+    state = record.state
+    return (
+        isinstance(state, Sleeping)
+        and state.until is not None
+        and state.until <= now
+        and any(k.slot == slot for k in state.signals)
+    )
+
+
+# --- parking ---------------------------------------------------------------------------------
+
+
+def check_sleep(record: TaskRecord, sleep: Sleeping) -> None:
+    """Refuse a sleep that could never be honoured. Raises :class:`InvalidPark`."""
+    if sleep.until is None and not sleep.signals:
+        raise InvalidPark(f"task {record.id!r}: a sleep needs 'until', 'signals', or both")
+    seen: set[str] = set()
+    for key in sleep.signals:
+        if key.slot in seen:
+            raise InvalidPark(f"task {record.id!r}: key {key.slot!r} is listed twice")
+        seen.add(key.slot)
+        slot = record.signals.get(key.slot)
+        if slot is not None and slot.consumed:
+            raise InvalidPark(
+                f"task {record.id!r}: key {key.slot!r} already woke this task; "
+                "one key serves one wait, use a new key"
+            )
+        if slot is not None and slot.expired:
+            raise InvalidPark(
+                f"task {record.id!r}: key {key.slot!r} expired at an earlier deadline; "
+                "use a new key"
+            )
+
+
+def check_wait(
+    record: TaskRecord,
+    wait: Waiting,
+    live: Mapping[str, TaskRecord],
+    exists: Callable[[str], bool],
+) -> None:
+    """Refuse a wait on nothing, on itself, on a missing task, on its owner chain, or one that
+    closes a cycle of waits. Raises :class:`InvalidWait`."""
+    if not wait.on:
+        raise InvalidWait(f"task {record.id!r}: a wait needs at least one task in 'on'")
+    if len(set(wait.on)) != len(wait.on):
+        raise InvalidWait(f"task {record.id!r}: a wait lists the same task twice")
+    ancestors = set(owner_chain(record, live))
+    for member in wait.on:
+        if member == record.id:
+            raise InvalidWait(f"task {record.id!r} cannot wait on itself")
+        if member in ancestors:
+            raise InvalidWait(
+                f"task {record.id!r} cannot wait on {member!r}: it owns this task, "
+                "so it cannot end first"
+            )
+        if member not in live and not exists(member):
+            raise InvalidWait(f"task {record.id!r}: no task {member!r} in this session")
+    # A cycle: some member (transitively) waits on this task.
+    stack, seen = list(wait.on), set()
+    while stack:
+        current = stack.pop()
+        if current == record.id:
+            raise InvalidWait(f"task {record.id!r}: this wait would close a cycle of waits")
+        if current in seen:
+            continue
+        seen.add(current)
+        other = live.get(current)
+        if other is not None and isinstance(other.state, Waiting):
+            stack.extend(other.state.on)
+
+
+def owner_chain(record: TaskRecord, live: Mapping[str, TaskRecord]) -> Iterable[str]:
+    """The ids of the task's owner, its owner's owner, and so on."""
+    seen: set[str] = set()
+    owner = record.owner
+    while owner is not None and owner not in seen:
+        seen.add(owner)
+        yield owner
+        parent = live.get(owner)
+        owner = parent.owner if parent is not None else None
+
+
+# --- waking ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wakeup:
+    """A parked task that may run again: why, and the slots the wake consumes or expires."""
+
+    wake: WakeReason
+    signals: Mapping[str, SignalSlot]
+
+
+def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
+    """First listed key holding an unused value wins; otherwise the deadline, which expires
+    every listed key with no value."""
+    state = record.state
+    if not isinstance(state, Sleeping):
+        return None
+    for key in state.signals:
+        slot = record.signals.get(key.slot)
+        if slot is not None and slot.has_value and not slot.consumed:
+            consumed = slot.model_copy(update={"consumed": True})
+            return Wakeup(
+                WakeSignal(signal=key.signal, key=key.key), {**record.signals, key.slot: consumed}
+            )
+    if state.until is None or state.until > now:
+        return None
+    if not state.signals:
+        return Wakeup(WakeTime(), record.signals)
+    signals = dict(record.signals)
+    for key in state.signals:
+        slot = signals.get(key.slot) or SignalSlot()
+        if not slot.has_value:
+            signals[key.slot] = slot.model_copy(update={"expired": True})
+    return Wakeup(WakeExpired(), signals)
+
+
+def wait_wakeup(record: TaskRecord, outcome_of: OutcomeOf) -> Wakeup | None:
+    """``any``: the first member that ended; ``all_settled``: all ended; ``fail_fast``: all
+    ended or one ended other than completed. The wake lists every ended member."""
+    state = record.state
+    if not isinstance(state, Waiting):
+        return None
+    outcomes = {m: outcome_of(m) for m in state.on}
+    ended = tuple(m for m in state.on if outcomes[m] is not None)
+    ready = {
+        "any": bool(ended),
+        "all_settled": len(ended) == len(state.on),
+        "fail_fast": len(ended) == len(state.on)
+        or any(o is not None and o.status != "completed" for o in outcomes.values()),
+    }[state.policy]
+    return Wakeup(WakeTasks(ended=ended), record.signals) if ready else None
+
+
+def wakeup(record: TaskRecord, now: float, outcome_of: OutcomeOf) -> Wakeup | None:
+    """Why a parked task may run now, or None while it stays parked."""
+    return sleep_wakeup(record, now) or wait_wakeup(record, outcome_of)
+
+
+def live_children(task_id: str, live: Mapping[str, TaskRecord]) -> list[TaskRecord]:
+    """Live tasks owned by ``task_id``."""
+    return [r for r in live.values() if r.owner == task_id]
+
+
+def descendants(task_id: str, live: Mapping[str, TaskRecord]) -> list[TaskRecord]:
+    """Every live task owned, directly or not, by ``task_id``."""
+    by_owner: dict[str, list[TaskRecord]] = {}
+    for r in live.values():
+        if r.owner is not None:
+            by_owner.setdefault(r.owner, []).append(r)
+    found, stack = [], [task_id]
+    while stack:
+        for child in by_owner.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child.id)
+    return found
+
+
+def runnable_for_abort(record: TaskRecord, live: Mapping[str, TaskRecord]) -> bool:
+    """An abort-marked task runs its abort handler once its owned work has ended."""
+    return (
+        record.abort_marked
+        and record.state.status in ("pending", "waiting", "sleeping")
+        and not live_children(record.id, live)
+    )
+
+
+def ready_to_settle(record: TaskRecord, live: Mapping[str, TaskRecord]) -> bool:
+    """A completing task becomes terminal once its owned work has ended."""
+    return record.state.status == "completing" and not live_children(record.id, live)
+
+
+# --- liveness --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Whether the session must keep running now, and when it must run next otherwise.
+
+    ``active``: something is runnable (or running). ``at``: the earliest deadline of a
+    sleep, or None. A session parked only on signals is neither active nor has an ``at``.
+    """
+
+    active: bool
+    at: float | None
+
+
+def compute_wake(live: Mapping[str, TaskRecord], now: float, outcome_of: OutcomeOf) -> Wake:
+    """Design 001 ch. IV "When parked work counts as active"."""
+    active = False
+    at: float | None = None
+    for record in live.values():
+        state = record.state
+        if isinstance(state, Pending | Running):
+            active = True
+        elif runnable_for_abort(record, live) or ready_to_settle(record, live):
+            active = True
+        elif isinstance(state, Sleeping | Waiting) and wakeup(record, now, outcome_of):
+            active = True
+        if isinstance(state, Sleeping) and state.until is not None and not record.abort_marked:
+            at = state.until if at is None else min(at, state.until)
+    return Wake(active=active, at=at)
+
+
+def ended_outcome(record: TaskRecord | None) -> Outcome | None:
+    """A terminal task's outcome; None for a live (or completing) task."""
+    if record is not None and isinstance(record.state, Terminal):
+        return record.state.outcome
+    return None

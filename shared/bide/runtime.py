@@ -1,0 +1,201 @@
+"""The TaskRuntime a phase receives, and the Tx its commit builder receives."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .errors import DefinitionError, InvalidTransition, InvocationEnded
+from .records import TaskRecord
+from .rules import bump, check_sleep, check_wait, decide_signal
+from .signals import SignalExpired, SignalResult, SignalState, SignalToken, SignalValue, slot_name
+from .state import (
+    Completing,
+    Outcome,
+    Pending,
+    Running,
+    Sleeping,
+    TaskState,
+    Terminal,
+    Waiting,
+)
+from .tasks import StateOrBuilder, TaskDefinition
+
+if TYPE_CHECKING:
+    from .harness import Draft, Harness
+
+T = TypeVar("T")
+_MISSING: Any = object()
+
+
+class Runtime:
+    """One invocation's handle on its task. Commits are refused (with
+    :class:`~bide.errors.InvocationEnded`) once the task parked, ended, was abort-marked
+    (except in the abort handler) or was taken over by another worker."""
+
+    def __init__(self, harness: Harness, record: TaskRecord, invocation: str, *, aborting: bool):
+        self._h = harness
+        self._task_id = record.id
+        self._invocation = invocation
+        self._aborting = aborting
+        assert isinstance(record.state, Running)
+        self._start = record.state.checkpoint
+        self.progressed = False
+
+    @property
+    def task_id(self) -> str:
+        """The running task's id."""
+        return self._task_id
+
+    @property
+    def session_id(self) -> str:
+        """The session the task belongs to."""
+        return self._h.session_id
+
+    @property
+    def aborted(self) -> bool:
+        """True once the task carries an abort mark."""
+        record = self._h._live.get(self._task_id)
+        return record is not None and record.abort_marked
+
+    def now(self) -> float:
+        """The harness clock."""
+        return self._h.clock.now()
+
+    async def commit(self, state: StateOrBuilder) -> None:
+        """Write the task's new state atomically with what the builder adds through ``tx``."""
+
+        def write(d: Draft) -> bool:
+            self._holder(d)
+            tx = _Tx(self._h, d, self._task_id)
+            new = state(tx) if callable(state) else state
+            return self._transition(d, self._holder(d), new)
+
+        progressed = self._h._apply(write)
+        self.progressed = self.progressed or progressed
+
+    async def memo(self, name: str, candidate: Any = _MISSING) -> Any:
+        """First-writer-wins memo; durable when this returns."""
+        record = self._h._live.get(self._task_id)
+        if record is not None and name in record.memos:
+            return record.memos[name]
+        if candidate is _MISSING:
+            return None
+        _require_json(candidate, f"memo {name!r}")
+
+        def write(d: Draft) -> Any:
+            return _Tx(self._h, d, self._task_id, holder=self._holder).memo(name, candidate)
+
+        return self._h._apply(write)
+
+    async def read_signal(self, token: SignalToken[T], key: str) -> SignalState[T] | None:
+        """The key's value, expired, or None; from the record in memory."""
+        record = self._h._live.get(self._task_id)
+        slot = record.signals.get(slot_name(token.name, key)) if record is not None else None
+        if slot is None:
+            return None
+        if slot.has_value:
+            return SignalValue(token.load(slot.value, slot.version or token.version))
+        if slot.expired:
+            return SignalExpired()
+        return None
+
+    async def outcome(self, task_id: str) -> Outcome | None:
+        """Another task's outcome once terminal."""
+        return self._h.outcome(task_id)
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _holder(self, d: Draft) -> TaskRecord:
+        record = d.get(self._task_id)
+        state = record.state if record is not None else None
+        if not isinstance(state, Running) or state.invocation != self._invocation:
+            raise InvocationEnded(self._task_id, "the task parked, ended or was taken over")
+        assert record is not None
+        if record.abort_marked and not self._aborting:
+            raise InvocationEnded(self._task_id, "the task was abort-marked")
+        return record
+
+    def _transition(self, d: Draft, record: TaskRecord, new: TaskState) -> bool:
+        """Stage ``record`` moving to ``new``; return whether that is durable progress."""
+        current = record.state
+        assert isinstance(current, Running)
+        if self._aborting and not isinstance(new, Terminal):
+            raise InvalidTransition(
+                f"task {record.id!r}: an abort handler must commit a terminal state, "
+                f"not {new.status!r}"
+            )
+        if isinstance(new, Completing):
+            raise InvalidTransition("'completing' is set by the engine, not committed by phases")
+        if isinstance(new, Terminal):
+            self._h._finish(d, record, new.outcome)
+            return True
+        if isinstance(new, Running | Pending):
+            same = new.checkpoint == current.checkpoint
+            wake = current.wake if same else None
+            if isinstance(new, Running):
+                staged: TaskState = Running(
+                    checkpoint=new.checkpoint, wake=wake, invocation=self._invocation
+                )
+            else:
+                staged = Pending(checkpoint=new.checkpoint, wake=wake)
+            progress = new.checkpoint != self._start
+            d.put(bump(record, state=staged, restarts=0 if progress else record.restarts))
+            return progress
+        if isinstance(new, Sleeping):
+            check_sleep(record, new)
+        elif isinstance(new, Waiting):
+            check_wait(record, new, d.live(), lambda t: d.find(t) is not None)
+        else:  # pragma: no cover - the union is closed
+            raise InvalidTransition(f"unknown state {new!r}")
+        d.put(bump(record, state=new, restarts=0))
+        return True
+
+
+class _Tx:
+    """The ``tx`` a commit builder receives."""
+
+    def __init__(
+        self, harness: Harness, d: Draft, task_id: str, holder: Any = None
+    ) -> None:
+        self._h = harness
+        self._d = d
+        self._task_id = task_id
+        self._holder = holder
+
+    def create_task(
+        self,
+        kind: TaskDefinition,
+        input: Any = None,
+        *,
+        key: str | None = None,
+        background: bool = False,
+    ) -> str:
+        """Create a task owned by the committing task, in this commit."""
+        return self._h.new_task(
+            self._d, kind, input, key=key, owner=self._task_id, background=background
+        )
+
+    def signal(self, task_id: str, token: SignalToken[Any], key: str, value: Any) -> SignalResult:
+        """Deliver a signal to a task of this session, in this commit."""
+        decision = decide_signal(self._d.find(task_id), token, key, value, self._h.clock.now())
+        if decision.record is not None:
+            self._d.put(decision.record)
+        return decision.result
+
+    def memo(self, name: str, value: Any) -> Any:
+        """First-writer-wins memo on the committing task, in this commit."""
+        record = self._holder(self._d) if self._holder else self._d.get(self._task_id)
+        assert record is not None
+        if name in record.memos:
+            return record.memos[name]
+        _require_json(value, f"memo {name!r}")
+        self._d.put(bump(record, memos={**record.memos, name: value}))
+        return value
+
+
+def _require_json(value: Any, what: str) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise DefinitionError(f"{what} must be JSON: {exc}") from None

@@ -1,0 +1,144 @@
+"""Typed signals: a JSON value delivered from outside to a live task, under a key.
+
+A :class:`SignalToken` names a kind of signal, versions it and gives it a schema (a pydantic
+model or any type pydantic can validate). ``token.key("done")`` names one wait.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from .errors import DefinitionError
+
+T = TypeVar("T")
+
+
+class SignalResult(enum.StrEnum):
+    """What :meth:`Harness.signal` did with a value, checked in this order:
+
+    ``not_found`` (no such task), ``closed`` (task ended, ending or abort-marked),
+    ``invalid`` (value fails the schema; nothing stored), ``duplicate`` (the key already
+    holds a value; the first is kept), ``closed`` (the key expired, or the deadline of a
+    sleep on it passed), ``delivered`` (stored).
+    """
+
+    DELIVERED = "delivered"
+    DUPLICATE = "duplicate"
+    INVALID = "invalid"
+    CLOSED = "closed"
+    NOT_FOUND = "not_found"
+
+
+@dataclass(frozen=True)
+class SignalKey(Generic[T]):
+    """Names one wait: the signal's name and a key chosen by the waiter."""
+
+    signal: str
+    key: str
+
+    @property
+    def slot(self) -> str:
+        """The name this key is stored under on the task."""
+        return slot_name(self.signal, self.key)
+
+
+@dataclass(frozen=True)
+class SignalValue(Generic[T]):
+    """A key's state once a value arrived."""
+
+    value: T
+
+
+@dataclass(frozen=True)
+class SignalExpired:
+    """A key's state once a sleep's deadline passed before any value arrived."""
+
+    expired: bool = True
+
+
+SignalState = SignalValue[T] | SignalExpired
+
+
+@dataclass(frozen=True, eq=False)
+class SignalToken(Generic[T]):
+    """A signal's name, version and schema. Build one with :func:`define_signal`."""
+
+    name: str
+    version: int
+    schema: Any
+    migrate: Callable[[Any, int], Any] | None = None
+    _adapter: TypeAdapter[Any] = field(repr=False, default=None)  # type: ignore[assignment]
+
+    def key(self, key: str) -> SignalKey[T]:
+        """The key of one wait for this signal."""
+        if not isinstance(key, str) or not key:
+            raise DefinitionError(f"signal {self.name!r}: a key must be a non-empty string")
+        return SignalKey(self.name, key)
+
+    def validate(self, value: Any) -> T:
+        """Check ``value`` against the schema; raises :class:`InvalidSignalValue`."""
+        try:
+            return self._adapter.validate_python(value)  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            raise InvalidSignalValue(self.name, exc) from None
+
+    def dump(self, value: Any) -> Any:
+        """The JSON form of a validated value, as stored on the task."""
+        return self._adapter.dump_python(value, mode="json")
+
+    def load(self, stored: Any, stored_version: int) -> T:
+        """Read a stored value, migrating it from an older version when needed."""
+        if stored_version != self.version:
+            if self.migrate is None or stored_version > self.version:
+                raise DefinitionError(
+                    f"signal {self.name!r}: stored version {stored_version} cannot be read "
+                    f"by version {self.version} (no migrate function)"
+                )
+            stored = self.migrate(stored, stored_version)
+        return self.validate(stored)
+
+
+class InvalidSignalValue(ValueError):
+    """A signal value failed its token's schema. Says which field and why."""
+
+    def __init__(self, signal: str, error: ValidationError) -> None:
+        self.signal = signal
+        self.errors = [
+            {"field": ".".join(str(p) for p in e["loc"]) or "(value)", "message": e["msg"]}
+            for e in error.errors()
+        ]
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in self.errors)
+        super().__init__(f"signal {signal!r}: invalid value ({detail})")
+
+
+def define_signal(
+    name: str,
+    version: int,
+    schema: Any,
+    migrate: Callable[[Any, int], Any] | None = None,
+) -> SignalToken[Any]:
+    """Define a signal token.
+
+    ``name`` is unique like a task kind and has no ``/``; ``schema`` is a pydantic model or
+    any type pydantic validates; ``migrate(value, from_version)`` upgrades stored values
+    written by an older version.
+    """
+    if not isinstance(name, str) or not name or "/" in name:
+        raise DefinitionError(f"signal name {name!r} must be a non-empty string without '/'")
+    if not isinstance(version, int) or version < 1:
+        raise DefinitionError(f"signal {name!r}: version must be an integer >= 1")
+    try:
+        adapter: TypeAdapter[Any] = TypeAdapter(schema)
+    except Exception as exc:  # pydantic raises several types for unusable schemas
+        raise DefinitionError(f"signal {name!r}: schema is not validatable: {exc}") from exc
+    return SignalToken(name=name, version=version, schema=schema, migrate=migrate, _adapter=adapter)
+
+
+def slot_name(signal: str, key: str) -> str:
+    """Where a key lives on a task: ``<signal>/<key>`` (signal names hold no ``/``)."""
+    return f"{signal}/{key}"

@@ -1,0 +1,180 @@
+"""Task states, wake reasons and outcomes, as data.
+
+Every value here is a frozen pydantic model whose JSON form is what the store keeps.
+Allowed transitions are a table (:data:`PHASE_TRANSITIONS`), checked in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .signals import SignalKey
+
+JsonValue = Any
+Checkpoint = dict[str, Any]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- why parked work runs again -------------------------------------------------------------
+
+
+class WakeTime(_Frozen):
+    """``until`` was reached by a sleep that listed no signals."""
+
+    reason: Literal["time"] = "time"
+
+
+class WakeExpired(_Frozen):
+    """``until`` was reached before any listed signal arrived; the open keys are now expired."""
+
+    reason: Literal["expired"] = "expired"
+
+
+class WakeSignal(_Frozen):
+    """The named key holds a value (read it with ``read_signal``); the key is now consumed."""
+
+    reason: Literal["signal"] = "signal"
+    signal: str
+    key: str
+
+
+class WakeTasks(_Frozen):
+    """Tasks waited on ended; ``ended`` lists every member that is terminal at the wake."""
+
+    reason: Literal["tasks"] = "tasks"
+    ended: tuple[str, ...]
+
+
+WakeReason = Annotated[WakeTime | WakeExpired | WakeSignal | WakeTasks, Field(discriminator="reason")]
+
+
+# --- outcomes --------------------------------------------------------------------------------
+
+
+class Completed(_Frozen):
+    """The task finished with a result."""
+
+    status: Literal["completed"] = "completed"
+    result: JsonValue = None
+
+
+class Failed(_Frozen):
+    """The task's own logic decided it failed."""
+
+    status: Literal["failed"] = "failed"
+    error: JsonValue = None
+
+
+class Aborted(_Frozen):
+    """The task was aborted and its abort handler ended it."""
+
+    status: Literal["aborted"] = "aborted"
+    reason: str | None = None
+
+
+class Orphaned(_Frozen):
+    """No definition could run the task (unknown kind or version)."""
+
+    status: Literal["orphaned"] = "orphaned"
+    reason: str
+
+
+class Faulted(_Frozen):
+    """The engine ended the task: an uncaught error, no durable progress, or a restart limit."""
+
+    status: Literal["faulted"] = "faulted"
+    error: str
+
+
+Outcome = Annotated[
+    Completed | Failed | Aborted | Orphaned | Faulted, Field(discriminator="status")
+]
+
+
+# --- states ----------------------------------------------------------------------------------
+
+
+def _checkpoint(value: Any) -> Checkpoint:
+    if isinstance(value, str):
+        return {"phase": value}
+    if not isinstance(value, dict) or not isinstance(value.get("phase"), str):
+        raise ValueError("a checkpoint is a phase name or a dict with a string 'phase'")
+    return value
+
+
+class Pending(_Frozen):
+    """Runnable: the scheduler will run the checkpoint's phase."""
+
+    status: Literal["pending"] = "pending"
+    checkpoint: Checkpoint
+    wake: WakeReason | None = None
+
+    _c = field_validator("checkpoint", mode="before")(_checkpoint)
+
+
+class Running(_Frozen):
+    """An invocation holds the task. ``invocation`` names the holder (set by the engine)."""
+
+    status: Literal["running"] = "running"
+    checkpoint: Checkpoint
+    wake: WakeReason | None = None
+    invocation: str | None = None
+
+    _c = field_validator("checkpoint", mode="before")(_checkpoint)
+
+
+class Waiting(_Frozen):
+    """Parked until tasks end: all of them (``all_settled``), all or the first failure
+    (``fail_fast``), or the first of them (``any``)."""
+
+    status: Literal["waiting"] = "waiting"
+    checkpoint: Checkpoint
+    on: tuple[str, ...]
+    policy: Literal["fail_fast", "all_settled", "any"] = "all_settled"
+
+    _c = field_validator("checkpoint", mode="before")(_checkpoint)
+
+
+class Sleeping(_Frozen):
+    """Parked until a time, the first listed key that holds a value, or whichever comes first."""
+
+    status: Literal["sleeping"] = "sleeping"
+    checkpoint: Checkpoint
+    until: float | None = None
+    signals: tuple[SignalKey[Any], ...] = ()
+
+    _c = field_validator("checkpoint", mode="before")(_checkpoint)
+
+
+class Completing(_Frozen):
+    """Finished, holding its outcome, while work it owns is still live."""
+
+    status: Literal["completing"] = "completing"
+    outcome: Outcome
+
+
+class Terminal(_Frozen):
+    """Ended for good."""
+
+    status: Literal["terminal"] = "terminal"
+    outcome: Outcome
+
+
+TaskState = Annotated[
+    Pending | Running | Waiting | Sleeping | Completing | Terminal, Field(discriminator="status")
+]
+
+PARKED = ("waiting", "sleeping")
+ENDED = ("terminal",)
+HOLDS_OUTCOME = ("completing", "terminal")
+
+# What a phase (or an abort handler) may commit from ``running``. The scheduler's own moves
+# (reserve, restart, settle completing) are in :mod:`bide.rules` and not open to phases.
+PHASE_TRANSITIONS: dict[str, frozenset[str]] = {
+    "running": frozenset({"pending", "running", "waiting", "sleeping", "terminal"}),
+}

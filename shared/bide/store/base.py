@@ -1,0 +1,56 @@
+"""The Store port: what the engine needs from durable storage.
+
+A session is one sequence of commits. Every commit is atomic and conditioned on the
+session's sequence number: a writer whose view is stale gets :class:`ConflictError` and
+nothing of its commit is written (never merged). Loading reads the session head and its
+*live* tasks only, so the cost of a resume does not grow with the session's history;
+ended tasks are read one at a time with :meth:`Store.get_task`.
+
+Every store implementation must pass ``tests/store_contract.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..records import TaskRecord
+
+
+@dataclass(frozen=True)
+class SessionSnapshot:
+    """A consistent view of a session: its sequence number and its live tasks by id."""
+
+    session_id: str
+    seq: int
+    tasks: dict[str, TaskRecord] = field(default_factory=dict)
+
+
+class Store(Protocol):
+    """Durable storage for sessions' task records."""
+
+    def load(self, session_id: str) -> SessionSnapshot:
+        """The session's head and live tasks. A session never written has seq 0 and no tasks."""
+        ...
+
+    def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
+        """One task, live or ended, or None when the session has no such task."""
+        ...
+
+    def head(self, session_id: str) -> int:
+        """The session's current sequence number (0 when never written)."""
+        ...
+
+    def commit(self, session_id: str, expected_seq: int, writes: Sequence[TaskRecord]) -> int:
+        """Write every record in ``writes`` (insert or replace by id) and advance the sequence
+        from ``expected_seq`` to ``expected_seq + 1``, all or nothing.
+
+        Raises :class:`~bide.errors.ConflictError` when the stored sequence is not
+        ``expected_seq``. Returns the new sequence number.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release connections. The store may not be used afterwards."""
+        ...

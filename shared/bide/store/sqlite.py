@@ -1,0 +1,108 @@
+"""The embedded store: one SQLite file (or ``:memory:``) holding many sessions."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+
+from ..errors import ConflictError
+from ..records import TaskRecord
+from .base import SessionSnapshot
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS heads (
+    session_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tasks (
+    session_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    live INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (session_id, task_id)
+);
+-- Loading reads live tasks only, so resumes stay cheap however long the history.
+CREATE INDEX IF NOT EXISTS tasks_live ON tasks (session_id, live);
+"""
+
+
+class SQLiteStore:
+    """A :class:`~bide.store.Store` on SQLite. Safe to share between threads and between
+    processes using the same file: each commit is one ``BEGIN IMMEDIATE`` transaction that
+    checks the session's sequence number before writing."""
+
+    def __init__(self, path: str = ":memory:") -> None:
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        if path != ":memory:":
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def load(self, session_id: str) -> SessionSnapshot:
+        """The session's head and live tasks, read in one transaction."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                seq = self._seq(session_id)
+                rows = self._db.execute(
+                    "SELECT body FROM tasks WHERE session_id = ? AND live = 1", (session_id,)
+                ).fetchall()
+            finally:
+                self._db.execute("COMMIT")
+        tasks = {r.id: r for r in (TaskRecord.from_json(body) for (body,) in rows)}
+        return SessionSnapshot(session_id, seq, tasks)
+
+    def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
+        """One task, live or ended."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT body FROM tasks WHERE session_id = ? AND task_id = ?",
+                (session_id, task_id),
+            ).fetchone()
+        return None if row is None else TaskRecord.from_json(row[0])
+
+    def head(self, session_id: str) -> int:
+        """The session's sequence number."""
+        with self._lock:
+            return self._seq(session_id)
+
+    def commit(self, session_id: str, expected_seq: int, writes: Sequence[TaskRecord]) -> int:
+        """Write ``writes`` and advance the sequence, or raise ConflictError and write nothing."""
+        rows = [(session_id, r.id, int(r.live), r.to_json()) for r in writes]
+        for record in writes:
+            if record.session_id != session_id:
+                raise ValueError(f"task {record.id!r} belongs to session {record.session_id!r}")
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                actual = self._seq(session_id)
+                if actual != expected_seq:
+                    raise ConflictError(session_id, expected_seq, actual)
+                self._db.executemany(
+                    "INSERT INTO tasks (session_id, task_id, live, body) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (session_id, task_id) DO UPDATE SET live = excluded.live, "
+                    "body = excluded.body",
+                    rows,
+                )
+                self._db.execute(
+                    "INSERT INTO heads (session_id, seq) VALUES (?, ?) "
+                    "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq",
+                    (session_id, expected_seq + 1),
+                )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return expected_seq + 1
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+    def _seq(self, session_id: str) -> int:
+        row = self._db.execute("SELECT seq FROM heads WHERE session_id = ?", (session_id,)).fetchone()
+        return 0 if row is None else int(row[0])

@@ -1,0 +1,152 @@
+"""Task kinds: a name, a version, an initial checkpoint, named phases and an abort handler.
+
+A phase is ``async def phase(task: TaskView, rt: TaskRuntime) -> None`` and ends by
+committing a new state (``await rt.commit(...)``). The checkpoint names the phase that runs
+next. A phase that returns without changing its checkpoint made no durable progress and the
+task is faulted; so is a phase that raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from .errors import DefinitionError
+from .signals import SignalResult, SignalState, SignalToken
+from .state import Checkpoint, Outcome, TaskState, WakeReason
+
+T = TypeVar("T")
+
+StateOrBuilder = TaskState | Callable[["Tx"], TaskState]
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """What a phase sees of its task (a snapshot taken when the phase started)."""
+
+    id: str
+    session_id: str
+    kind: str
+    input: Any
+    checkpoint: Checkpoint
+    wake: WakeReason | None
+    owner: str | None
+    abort_reason: str | None = None
+
+
+class Tx(Protocol):
+    """Writes that become part of one commit, atomically with the task's new state.
+
+    The builder passed to :meth:`TaskRuntime.commit` may run more than once (after a
+    conflict it is evaluated again against fresh data): keep it free of side effects.
+    """
+
+    def create_task(
+        self, kind: TaskDefinition, input: Any = None, *, key: str | None = None,
+        background: bool = False,
+    ) -> str:
+        """Create a task owned by the committing task; a used ``key`` returns the same task."""
+        ...
+
+    def signal(self, task_id: str, token: SignalToken[Any], key: str, value: Any) -> SignalResult:
+        """Deliver a signal to another task of this session, in this commit."""
+        ...
+
+    def memo(self, name: str, value: Any) -> Any:
+        """First-writer-wins memo written with this commit; returns the winner."""
+        ...
+
+
+class TaskRuntime(Protocol):
+    """What a running phase may do. Everything durable goes through :meth:`commit`."""
+
+    @property
+    def task_id(self) -> str:
+        """The running task's id."""
+        ...
+
+    @property
+    def aborted(self) -> bool:
+        """True once the task carries an abort mark (its next commit will be refused)."""
+        ...
+
+    def now(self) -> float:
+        """The harness clock (seconds since the epoch)."""
+        ...
+
+    async def commit(self, state: StateOrBuilder) -> None:
+        """Atomically write the task's new state with whatever the builder adds via ``tx``."""
+        ...
+
+    async def memo(self, name: str, candidate: Any = ...) -> Any:
+        """First-writer-wins: store ``candidate`` unless ``name`` holds a value; return the
+        winner. Without a candidate, read the memo (None when unset). Durable at return."""
+        ...
+
+    async def read_signal(self, token: SignalToken[T], key: str) -> SignalState[T] | None:
+        """The key's value (migrated to the token's version), expired, or None while nothing
+        came. Reads the task record in memory; costs no storage access."""
+        ...
+
+    async def outcome(self, task_id: str) -> Outcome | None:
+        """Another task's outcome once it is terminal; None while it is live."""
+        ...
+
+
+Phase = Callable[[TaskView, TaskRuntime], Awaitable[None]]
+
+
+@dataclass(frozen=True, eq=False)
+class TaskDefinition:
+    """A registered task kind. Build one with :func:`define_task`."""
+
+    name: str
+    version: int
+    initial: Callable[[Any], Checkpoint | str]
+    phases: Mapping[str, Phase]
+    abort: Phase | None = None
+    input_type: Any = None
+    _input_adapter: TypeAdapter[Any] | None = field(default=None, repr=False)
+
+    def validate_input(self, value: Any) -> Any:
+        """Validate the task's input (when the kind declared ``input_type``) into JSON form."""
+        if self._input_adapter is None:
+            return value
+        try:
+            parsed = self._input_adapter.validate_python(value)
+        except ValidationError as exc:
+            detail = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(input)'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise DefinitionError(f"task {self.name!r}: invalid input ({detail})") from None
+        return self._input_adapter.dump_python(parsed, mode="json")
+
+
+def define_task(
+    name: str,
+    version: int,
+    initial: Callable[[Any], Checkpoint | str],
+    phases: Mapping[str, Phase],
+    abort: Phase | None = None,
+    *,
+    input_type: Any = None,
+) -> TaskDefinition:
+    """Define a task kind.
+
+    ``initial(input)`` returns the first checkpoint (a phase name or a dict with ``phase``).
+    ``abort`` runs once after an abort mark, when owned work has ended, and must commit a
+    terminal state; without one, an aborted task ends ``aborted`` directly.
+    ``input_type`` (optional) is validated with pydantic when the task is created.
+    """
+    if not isinstance(name, str) or not name:
+        raise DefinitionError("a task kind needs a non-empty name")
+    if not isinstance(version, int) or version < 1:
+        raise DefinitionError(f"task {name!r}: version must be an integer >= 1")
+    if not phases:
+        raise DefinitionError(f"task {name!r}: at least one phase is needed")
+    adapter = TypeAdapter(input_type) if input_type is not None else None
+    return TaskDefinition(name, version, initial, dict(phases), abort, input_type, adapter)
