@@ -77,7 +77,7 @@ class HarnessClosed(BideError):
     """The harness was closed; open a new one to continue. Nothing was lost."""
 
 
-class InvocationEnded(BaseException):  # noqa: N818 - control flow, not an error
+class InvocationEnded(BaseException):
     """This invocation may not commit any more: the task parked or ended, was abort-marked,
     or another worker took it over. The harness handles it; phases should let it propagate."""
 

@@ -139,7 +139,9 @@ class Harness:
                     if restarts > self.restart_limit:
                         self._finish(d, record, Faulted(error="restart limit reached"))
                     else:
-                        pending = Pending(checkpoint=record.state.checkpoint, wake=record.state.wake)
+                        pending = Pending(
+                            checkpoint=record.state.checkpoint, wake=record.state.wake
+                        )
                         d.put(bump(record, state=pending, restarts=restarts))
 
         self._apply(recover)
@@ -309,7 +311,7 @@ class Harness:
                 owner=owner,
                 background=background,
                 key=key,
-                state=Pending(checkpoint=checkpoint),  # type: ignore[arg-type]
+                state=Pending(checkpoint=checkpoint),
                 created_at=self.clock.now(),
             )
         )
@@ -339,7 +341,9 @@ class Harness:
             if not draft.writes:
                 return result
             try:
-                self._seq = self.store.commit(self.session_id, self._seq, list(draft.writes.values()))
+                self._seq = self.store.commit(
+                    self.session_id, self._seq, list(draft.writes.values())
+                )
             except ConflictError:
                 self._reload()
                 continue
@@ -403,7 +407,7 @@ class Harness:
                 found = wakeup(record, now, self.outcome)
                 if found is None:
                     continue
-                checkpoint, wake, signals = state.checkpoint, found.wake, dict(found.signals)  # type: ignore[union-attr]
+                checkpoint, wake, signals = state.checkpoint, found.wake, dict(found.signals)
             else:
                 continue
             invocation = self.ids.new_id("i-")
@@ -418,9 +422,9 @@ class Harness:
 
     def _held(self, task_id: str, invocation: str) -> TaskRecord | None:
         record = self._live.get(task_id)
-        if record is not None and isinstance(record.state, Running):
-            if record.state.invocation == invocation:
-                return record
+        state = record.state if record is not None else None
+        if isinstance(state, Running) and state.invocation == invocation:
+            return record
         return None
 
     async def _invoke(self, task_id: str, invocation: str) -> None:
@@ -460,10 +464,10 @@ class Harness:
                 error = f"phase {name!r} raised {type(exc).__name__}: {exc}"
                 self._end_held(record.id, invocation, Faulted(error=error))
             return
-        if self._held(record.id, invocation) is not None and not self._aborted(record.id):
-            if not runtime.progressed:
-                error = f"phase {name!r} returned without durable progress"
-                self._end_held(record.id, invocation, Faulted(error=error))
+        held = self._held(record.id, invocation) is not None
+        if held and not self._aborted(record.id) and not runtime.progressed:
+            error = f"phase {name!r} returned without durable progress"
+            self._end_held(record.id, invocation, Faulted(error=error))
 
     async def _run_abort(
         self, definition: TaskDefinition, record: TaskRecord, invocation: str

@@ -274,11 +274,12 @@ def compute_wake(live: Mapping[str, TaskRecord], now: float, outcome_of: Outcome
     at: float | None = None
     for record in live.values():
         state = record.state
-        if isinstance(state, Pending | Running):
-            active = True
-        elif runnable_for_abort(record, live) or ready_to_settle(record, live):
-            active = True
-        elif isinstance(state, Sleeping | Waiting) and wakeup(record, now, outcome_of):
+        if (
+            isinstance(state, Pending | Running)
+            or runnable_for_abort(record, live)
+            or ready_to_settle(record, live)
+            or (isinstance(state, Sleeping | Waiting) and wakeup(record, now, outcome_of))
+        ):
             active = True
         if isinstance(state, Sleeping) and state.until is not None and not record.abort_marked:
             at = state.until if at is None else min(at, state.until)

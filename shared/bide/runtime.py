@@ -155,9 +155,7 @@ class Runtime:
 class _Tx:
     """The ``tx`` a commit builder receives."""
 
-    def __init__(
-        self, harness: Harness, d: Draft, task_id: str, holder: Any = None
-    ) -> None:
+    def __init__(self, harness: Harness, d: Draft, task_id: str, holder: Any = None) -> None:
         self._h = harness
         self._d = d
         self._task_id = task_id

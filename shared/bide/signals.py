@@ -72,7 +72,7 @@ class SignalToken(Generic[T]):
     version: int
     schema: Any
     migrate: Callable[[Any, int], Any] | None = None
-    _adapter: TypeAdapter[Any] = field(repr=False, default=None)  # type: ignore[assignment]
+    _adapter: TypeAdapter[Any] | None = field(repr=False, default=None)
 
     def key(self, key: str) -> SignalKey[T]:
         """The key of one wait for this signal."""
@@ -83,13 +83,18 @@ class SignalToken(Generic[T]):
     def validate(self, value: Any) -> T:
         """Check ``value`` against the schema; raises :class:`InvalidSignalValue`."""
         try:
-            return self._adapter.validate_python(value)  # type: ignore[no-any-return]
+            return self._require_adapter().validate_python(value)  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise InvalidSignalValue(self.name, exc) from None
 
     def dump(self, value: Any) -> Any:
         """The JSON form of a validated value, as stored on the task."""
-        return self._adapter.dump_python(value, mode="json")
+        return self._require_adapter().dump_python(value, mode="json")
+
+    def _require_adapter(self) -> TypeAdapter[Any]:
+        if self._adapter is None:
+            raise DefinitionError(f"signal {self.name!r}: build tokens with define_signal()")
+        return self._adapter
 
     def load(self, stored: Any, stored_version: int) -> T:
         """Read a stored value, migrating it from an older version when needed."""

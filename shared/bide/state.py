@@ -50,7 +50,9 @@ class WakeTasks(_Frozen):
     ended: tuple[str, ...]
 
 
-WakeReason = Annotated[WakeTime | WakeExpired | WakeSignal | WakeTasks, Field(discriminator="reason")]
+WakeReason = Annotated[
+    WakeTime | WakeExpired | WakeSignal | WakeTasks, Field(discriminator="reason")
+]
 
 
 # --- outcomes --------------------------------------------------------------------------------

@@ -45,7 +45,11 @@ class Tx(Protocol):
     """
 
     def create_task(
-        self, kind: TaskDefinition, input: Any = None, *, key: str | None = None,
+        self,
+        kind: TaskDefinition,
+        input: Any = None,
+        *,
+        key: str | None = None,
         background: bool = False,
     ) -> str:
         """Create a task owned by the committing task; a used ``key`` returns the same task."""

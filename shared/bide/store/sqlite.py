@@ -104,5 +104,7 @@ class SQLiteStore:
             self._db.close()
 
     def _seq(self, session_id: str) -> int:
-        row = self._db.execute("SELECT seq FROM heads WHERE session_id = ?", (session_id,)).fetchone()
+        row = self._db.execute(
+            "SELECT seq FROM heads WHERE session_id = ?", (session_id,)
+        ).fetchone()
         return 0 if row is None else int(row[0])

