@@ -87,10 +87,10 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-# pytest exits 5 when it collects no test at all (an empty skeleton): say so loudly
-# but do not fail the build for it.
+# pytest exits 5 when it collects no test at all: say so, and fail (a suite that runs
+# nothing proves nothing).
 PYTEST = rc=0; $(BIN)/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests" >&2; rc=0; fi
+	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests: that is a failure" >&2; fi
 
 pytest: venv
 	@$(CLEAN_AWS_ENV) $(PYTEST); exit $$rc
