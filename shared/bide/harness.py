@@ -48,7 +48,9 @@ from .state import (
     Outcome,
     Pending,
     Running,
+    Sleeping,
     Terminal,
+    Waiting,
 )
 from .store.base import Store
 from .tasks import TaskDefinition, TaskView
@@ -114,6 +116,9 @@ class Harness:
         self._changed = asyncio.Event()
         self._opened = False
         self._closed = False
+        self._first_pass = False
+        self._outcome_waiters: dict[str, list[asyncio.Future[Outcome]]] = {}
+        self._abort_events: dict[str, asyncio.Event] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -131,6 +136,7 @@ class Harness:
             raise HarnessClosed("this harness was closed; create a new one")
         self._reload()
         self._opened = True
+        self._first_pass = True
 
         def recover(d: Draft) -> None:
             for record in list(d.live().values()):
@@ -231,6 +237,7 @@ class Harness:
             if stop_at is None or self.clock.now() < stop_at:
                 for task_id, invocation in self._apply(self._reserve):
                     self._spawn(task_id, invocation)
+                self._first_pass = False
             if not self._inflight:
                 break
             self._changed.clear()
@@ -248,7 +255,7 @@ class Harness:
 
     def wake(self) -> Wake:
         """``active``: something can run now; ``at``: the earliest sleep deadline (or None)."""
-        return compute_wake(self._live, self.clock.now(), self.outcome)
+        return compute_wake(self._live, self.clock.now(), self.outcome, self._reruns)
 
     def task(self, task_id: str) -> TaskRecord | None:
         """A task's record, live or ended."""
@@ -355,10 +362,46 @@ class Harness:
         for record in records:
             if record.live:
                 self._live[record.id] = record
+                if record.abort_marked and record.id in self._abort_events:
+                    self._abort_events[record.id].set()
             else:
                 self._live.pop(record.id, None)
                 self._ended[record.id] = record
+                for waiter in self._outcome_waiters.pop(record.id, []):
+                    if not waiter.done():
+                        waiter.set_result(record.state.outcome)  # type: ignore[union-attr]
         self._changed.set()
+
+    async def wait_outcome(self, task_id: str) -> Outcome:
+        """Wait in memory until a task of this session is terminal; its outcome.
+
+        Only meaningful while :meth:`run_until_parked` runs the task (e.g. a tool awaiting a
+        nested call); a parked task should park instead of waiting here.
+        """
+        outcome = self.outcome(task_id)
+        if outcome is not None:
+            return outcome
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._outcome_waiters.setdefault(task_id, []).append(future)
+        return await future
+
+    def abort_event(self, task_id: str) -> asyncio.Event:
+        """An event set once ``task_id`` carries an abort mark (for code that runs long)."""
+        event = self._abort_events.setdefault(task_id, asyncio.Event())
+        record = self._live.get(task_id)
+        if record is not None and record.abort_marked:
+            event.set()
+        return event
+
+    def _reruns(self, record: TaskRecord) -> bool:
+        """Whether the task's definition asks a parked task to run again now."""
+        definition = self._defs.get((record.kind, record.version))
+        return (
+            definition is not None
+            and definition.rerun is not None
+            and not record.abort_marked
+            and definition.rerun(record, self._first_pass)
+        )
 
     def _reload(self) -> None:
         snapshot = self.store.load(self.session_id)
@@ -403,11 +446,14 @@ class Harness:
                 signals = record.signals
             elif isinstance(state, Pending):
                 checkpoint, wake, signals = state.checkpoint, state.wake, record.signals
-            elif state.status in ("sleeping", "waiting"):
+            elif isinstance(state, Sleeping | Waiting):
                 found = wakeup(record, now, self.outcome)
-                if found is None:
+                if found is not None:
+                    checkpoint, wake, signals = state.checkpoint, found.wake, dict(found.signals)
+                elif self._reruns(record):
+                    checkpoint, wake, signals = state.checkpoint, None, record.signals
+                else:
                     continue
-                checkpoint, wake, signals = state.checkpoint, found.wake, dict(found.signals)
             else:
                 continue
             invocation = self.ids.new_id("i-")

@@ -268,8 +268,14 @@ class Wake:
     at: float | None
 
 
-def compute_wake(live: Mapping[str, TaskRecord], now: float, outcome_of: OutcomeOf) -> Wake:
-    """Design 001 ch. IV "When parked work counts as active"."""
+def compute_wake(
+    live: Mapping[str, TaskRecord],
+    now: float,
+    outcome_of: OutcomeOf,
+    reruns: Callable[[TaskRecord], bool] = lambda _: False,
+) -> Wake:
+    """Design 001 ch. IV "When parked work counts as active". ``reruns`` says whether a
+    parked task's definition asks it to run again now (a tool registry change)."""
     active = False
     at: float | None = None
     for record in live.values():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -69,10 +70,21 @@ class Runtime:
             self._holder(d)
             tx = _Tx(self._h, d, self._task_id)
             new = state(tx) if callable(state) else state
+            if new is None:  # side writes only (child tasks, signals, memos); state unchanged
+                return False
             return self._transition(d, self._holder(d), new)
 
         progressed = self._h._apply(write)
         self.progressed = self.progressed or progressed
+
+    @property
+    def abort_event(self) -> asyncio.Event:
+        """Set once the task is abort-marked: long-running code can watch it to stop early."""
+        return self._h.abort_event(self._task_id)
+
+    async def wait_outcome(self, task_id: str) -> Outcome:
+        """Wait in memory for another task (e.g. a nested call this one started) to end."""
+        return await self._h.wait_outcome(task_id)
 
     async def memo(self, name: str, candidate: Any = _MISSING) -> Any:
         """First-writer-wins memo; durable when this returns."""

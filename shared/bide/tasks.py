@@ -20,7 +20,7 @@ from .state import Checkpoint, Outcome, TaskState, WakeReason
 
 T = TypeVar("T")
 
-StateOrBuilder = TaskState | Callable[["Tx"], TaskState]
+StateOrBuilder = TaskState | Callable[["Tx"], TaskState | None]
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,9 @@ class TaskRuntime(Protocol):
         ...
 
     async def commit(self, state: StateOrBuilder) -> None:
-        """Atomically write the task's new state with whatever the builder adds via ``tx``."""
+        """Atomically write the task's new state with whatever the builder adds via ``tx``.
+        A builder that returns None keeps the state (side writes only: child tasks, signals,
+        memos); that alone is not durable progress."""
         ...
 
     async def memo(self, name: str, candidate: Any = ...) -> Any:
@@ -113,6 +115,7 @@ class TaskDefinition:
     phases: Mapping[str, Phase]
     abort: Phase | None = None
     input_type: Any = None
+    rerun: Callable[[Any, bool], bool] | None = None
     _input_adapter: TypeAdapter[Any] | None = field(default=None, repr=False)
 
     def validate_input(self, value: Any) -> Any:
@@ -138,6 +141,7 @@ def define_task(
     abort: Phase | None = None,
     *,
     input_type: Any = None,
+    rerun: Callable[[Any, bool], bool] | None = None,
 ) -> TaskDefinition:
     """Define a task kind.
 
@@ -145,6 +149,9 @@ def define_task(
     ``abort`` runs once after an abort mark, when owned work has ended, and must commit a
     terminal state; without one, an aborted task ends ``aborted`` directly.
     ``input_type`` (optional) is validated with pydantic when the task is created.
+    ``rerun(record, first_pass)`` (optional) lets a parked task run again before its wake
+    condition: the tool task uses it to rerun gates after a registry change and on the first
+    pass after ``open()``. The rerun carries no wake reason.
     """
     if not isinstance(name, str) or not name:
         raise DefinitionError("a task kind needs a non-empty name")
@@ -153,4 +160,4 @@ def define_task(
     if not phases:
         raise DefinitionError(f"task {name!r}: at least one phase is needed")
     adapter = TypeAdapter(input_type) if input_type is not None else None
-    return TaskDefinition(name, version, initial, dict(phases), abort, input_type, adapter)
+    return TaskDefinition(name, version, initial, dict(phases), abort, input_type, rerun, adapter)
