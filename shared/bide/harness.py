@@ -571,6 +571,7 @@ def _view(record: TaskRecord) -> TaskView:
         wake=state.wake,
         owner=record.owner,
         abort_reason=record.abort_reason,
+        created_at=record.created_at,
     )
 
 

@@ -73,10 +73,11 @@ class Failed(_Frozen):
 
 
 class Aborted(_Frozen):
-    """The task was aborted and its abort handler ended it."""
+    """The task was aborted and its abort handler ended it (``result``: what it reported)."""
 
     status: Literal["aborted"] = "aborted"
     reason: str | None = None
+    result: JsonValue = None
 
 
 class Orphaned(_Frozen):

@@ -35,6 +35,7 @@ class TaskView:
     wake: WakeReason | None
     owner: str | None
     abort_reason: str | None = None
+    created_at: float = 0.0
 
 
 class Tx(Protocol):

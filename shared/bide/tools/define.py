@@ -1,0 +1,119 @@
+"""Tool definitions: ``define_tool`` and ``wrap_tool``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import DefinitionError
+from .results import Park, Sleep, ToolErrorCode, ToolResult, Wait
+
+if TYPE_CHECKING:
+    from .api import ToolExecutionApi
+
+Replay = Literal["safe", "unsafe"]
+ExecuteResult = ToolResult | Sleep | Wait | str
+Execute = Callable[[Any, "ToolExecutionApi"], Awaitable[ExecuteResult]]
+Cancel = Callable[[Any, "ToolExecutionApi"], Awaitable[None]]
+Wrapper = Callable[[Any, "ToolExecutionApi", Execute], Awaitable[ExecuteResult]]
+
+
+class ToolArgumentsError(ValueError):
+    """Arguments failed the tool's parameters; ``errors`` lists each field and why."""
+
+    def __init__(self, tool: str, error: ValidationError) -> None:
+        self.errors = [
+            {"field": ".".join(str(p) for p in e["loc"]) or "(arguments)", "message": e["msg"]}
+            for e in error.errors()
+        ]
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in self.errors)
+        super().__init__(f"invalid arguments for tool {tool!r}: {detail}")
+
+
+@dataclass(frozen=True, eq=False)
+class ToolDefinition:
+    """A tool: its name and description, a pydantic model of its parameters (whose JSON
+    schema the model sees), ``execute``, its replay policy and an optional ``cancel``."""
+
+    name: str
+    description: str
+    parameters: type[BaseModel]
+    execute: Execute
+    replay: Replay = "unsafe"
+    cancel: Cancel | None = None
+    _wrapped_parks: bool = field(default=False, repr=False)
+
+    def json_schema(self) -> dict[str, Any]:
+        """The parameters' JSON schema, as a model provider needs it."""
+        return self.parameters.model_json_schema()
+
+    def parse(self, arguments: Any) -> BaseModel:
+        """Validate arguments; raises :class:`ToolArgumentsError` saying which field failed."""
+        try:
+            return self.parameters.model_validate(arguments)
+        except ValidationError as exc:
+            raise ToolArgumentsError(self.name, exc) from None
+
+    def dump(self, parsed: BaseModel) -> dict[str, Any]:
+        """The JSON form of validated arguments, as stored with the call's intent."""
+        return parsed.model_dump(mode="json")
+
+
+def define_tool(
+    name: str,
+    description: str,
+    parameters: type[BaseModel],
+    execute: Execute,
+    *,
+    replay: Replay = "unsafe",
+    cancel: Cancel | None = None,
+) -> ToolDefinition:
+    """Define a tool. ``execute(args, api)`` returns a :class:`ToolResult` (or text), or parks
+    by returning :class:`Sleep` / :class:`Wait`; it runs again with ``api.wake`` set when the
+    park ends. ``replay="safe"`` lets recovery rerun a cut-off run (default ``"unsafe"``: the
+    call ends ``interrupted``). ``cancel(args, api)`` cleans up external work of a call that
+    parked; it must be safe to run twice."""
+    if not name or not isinstance(name, str):
+        raise DefinitionError("a tool needs a non-empty name")
+    if not (isinstance(parameters, type) and issubclass(parameters, BaseModel)):
+        raise DefinitionError(f"tool {name!r}: parameters must be a pydantic model class")
+    if replay not in ("safe", "unsafe"):
+        raise DefinitionError(f"tool {name!r}: replay must be 'safe' or 'unsafe'")
+    return ToolDefinition(name, description, parameters, execute, replay, cancel)
+
+
+def wrap_tool(tool: ToolDefinition, wrapper: Wrapper, *, name: str | None = None) -> ToolDefinition:
+    """Decorate how a tool runs (a prefix, a timeout...). ``wrapper(args, api, base)`` calls
+    ``base(args, api)``. Wrappers never park: a park the wrapper returns that its base did not
+    return becomes an ``invalid_park`` error result."""
+
+    async def execute(args: Any, api: ToolExecutionApi) -> ExecuteResult:
+        parks: list[Park] = []
+
+        async def base(a: Any, base_api: ToolExecutionApi) -> ExecuteResult:
+            result = await tool.execute(a, base_api)
+            if isinstance(result, Sleep | Wait):
+                parks.append(result)
+            return result
+
+        result = await wrapper(args, api, base)
+        if isinstance(result, Sleep | Wait) and not any(result is p for p in parks):
+            return ToolResult.error(
+                ToolErrorCode.INVALID_PARK,
+                f"a wrapper of tool {tool.name!r} returned a park its base did not return; "
+                "wrappers never park",
+            )
+        return result
+
+    return ToolDefinition(
+        name or tool.name,
+        tool.description,
+        tool.parameters,
+        execute,
+        tool.replay,
+        tool.cancel,
+        True,
+    )

@@ -1,0 +1,394 @@
+"""The tool task: ``call`` -> intent (``execute``) -> result, or -> ``parked`` -> intent again.
+
+Checkpoints (design 001 ch. V):
+
+* ``{"phase": "call", "registry": n}``: resolve, validate, every ``before_tool`` gate,
+  validate again. A gate's sleep parks here; every wake reruns the whole phase.
+* ``{"phase": "execute", arguments, replay, wake, checkpoint}``: the intent, committed before
+  ``execute()`` runs. Only recovery enters this phase: it reruns when the stored and the
+  current policy are both ``safe``; otherwise the call ends ``interrupted``.
+* ``{"phase": "parked", arguments, replay, checkpoint}``: sleeping or waiting after
+  ``execute()`` returned a park. Its handler resolves the tool, commits intent with the wake,
+  then runs ``execute()`` again in the same invocation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from ..errors import InvalidPark, InvocationEnded
+from ..state import (
+    Aborted,
+    Completed,
+    Failed,
+    Pending,
+    Running,
+    Sleeping,
+    Terminal,
+    Waiting,
+    WakeReason,
+)
+from ..tasks import TaskDefinition, TaskView, define_task
+from .api import ToolExecutionApi
+from .define import ToolArgumentsError, ToolDefinition
+from .hooks import Block, Replace, ToolCall
+from .results import Sleep, ToolErrorCode, ToolResult, Wait
+
+if TYPE_CHECKING:
+    from ..records import TaskRecord
+    from ..runtime import Runtime
+    from .registry import ToolRegistry
+
+TOOL_TASK = "bide.tool"
+_WAKE = TypeAdapter(WakeReason)
+
+
+class ToolCallInput(BaseModel):
+    """A tool task's input."""
+
+    name: str
+    arguments: dict[str, Any] = {}
+    call_id: str | None = None
+
+
+def tool_task(registry: ToolRegistry) -> TaskDefinition:
+    """The task kind that runs calls against ``registry``."""
+
+    async def call(task: TaskView, rt: Any) -> None:
+        await _call_phase(registry, task, rt)
+
+    async def execute(task: TaskView, rt: Any) -> None:
+        await _recover(registry, task, rt)
+
+    async def parked(task: TaskView, rt: Any) -> None:
+        await _woken(registry, task, rt)
+
+    async def abort(task: TaskView, rt: Any) -> None:
+        await _aborted(registry, task, rt)
+
+    def rerun(record: TaskRecord, first_pass: bool) -> bool:
+        # The gates installed now decide: a registry change, or the first pass after open,
+        # reruns every call parked at its gates.
+        checkpoint = record.state.checkpoint  # type: ignore[union-attr]
+        return (
+            isinstance(record.state, Sleeping)
+            and checkpoint.get("phase") == "call"
+            and (first_pass or checkpoint.get("registry") != registry.version)
+        )
+
+    return define_task(
+        TOOL_TASK,
+        1,
+        lambda _input: {"phase": "call"},
+        {"call": call, "execute": execute, "parked": parked},
+        abort=abort,
+        input_type=ToolCallInput,
+        rerun=rerun,
+    )
+
+
+class _Hooks:
+    """The HookApi given to gates and result hooks."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    @property
+    def task_id(self) -> str:
+        return self._rt.task_id
+
+    def now(self) -> float:
+        return self._rt.now()
+
+    async def read_signal(self, token: Any, key: str) -> Any:
+        return await self._rt.read_signal(token, key)
+
+    async def memo(self, name: str, candidate: Any = ...) -> Any:
+        if candidate is ...:
+            return await self._rt.memo(name)
+        return await self._rt.memo(name, candidate)
+
+
+def _input(task: TaskView) -> ToolCallInput:
+    return ToolCallInput.model_validate(task.input)
+
+
+async def _call_phase(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
+    started = registry.version
+    spec = _input(task)
+    call = ToolCall(spec.name, dict(spec.arguments), task.id, spec.call_id)
+    tool = registry.get(spec.name)
+    if tool is None:
+        text = f"no tool named {spec.name!r} is available"
+        await _settle(
+            registry,
+            task,
+            rt,
+            call,
+            ToolResult.error(ToolErrorCode.TOOL_UNAVAILABLE, text),
+            failed=True,
+        )
+        return
+    try:
+        tool.parse(call.arguments)
+    except ToolArgumentsError as exc:
+        result = ToolResult.error(ToolErrorCode.INVALID_ARGUMENTS, str(exc), details=exc.errors)
+        await _settle(registry, task, rt, call, result)
+        return
+    hooks = _Hooks(rt)
+    for extension in registry.extensions:
+        if extension.before_tool is None:
+            continue
+        answer = await extension.before_tool(call, hooks)
+        if isinstance(answer, Replace):
+            call = ToolCall(call.name, dict(answer.arguments), call.task_id, call.call_id)
+        elif isinstance(answer, Block):
+            result = ToolResult.error(ToolErrorCode.BLOCKED, answer.reason)
+            await _settle(registry, task, rt, call, result)
+            return
+        elif isinstance(answer, Sleep):
+            await _gate_sleep(registry, task, rt, call, answer, started)
+            return
+    try:
+        parsed = tool.parse(call.arguments)
+    except ToolArgumentsError as exc:
+        result = ToolResult.error(ToolErrorCode.INVALID_ARGUMENTS, str(exc), details=exc.errors)
+        await _settle(registry, task, rt, call, result)
+        return
+    arguments = tool.dump(parsed)
+    intent = {
+        "phase": "execute",
+        "arguments": arguments,
+        "replay": tool.replay,
+        "wake": None,
+        "checkpoint": None,
+    }
+    await rt.commit(Running(checkpoint=intent))
+    await _run(registry, task, rt, tool, arguments, tool.replay, wake=None, checkpoint=None)
+
+
+async def _gate_sleep(
+    registry: ToolRegistry, task: TaskView, rt: Runtime, call: ToolCall, sleep: Sleep, started: int
+) -> None:
+    if registry.version != started:
+        # The registry changed under this pass: run the gates installed now, at once.
+        await rt.commit(Pending(checkpoint={"phase": "call"}))
+        return
+    try:
+        state = Sleeping(
+            checkpoint={"phase": "call", "registry": started},
+            until=sleep.until,
+            signals=tuple(sleep.signals),
+        )
+        await rt.commit(state)
+    except (InvalidPark, ValidationError) as exc:
+        await _settle(
+            registry, task, rt, call, ToolResult.error(ToolErrorCode.INVALID_PARK, str(exc))
+        )
+
+
+async def _run(
+    registry: ToolRegistry,
+    task: TaskView,
+    rt: Runtime,
+    tool: ToolDefinition,
+    arguments: dict[str, Any],
+    replay: str,
+    *,
+    wake: WakeReason | None,
+    checkpoint: Any,
+) -> None:
+    """Run ``execute()`` once (intent is already committed) and store what it returned."""
+    call = ToolCall(tool.name, arguments, task.id, _input(task).call_id)
+    api = ToolExecutionApi(rt, registry, wake=wake, checkpoint=checkpoint)
+    try:
+        returned = await tool.execute(tool.parse(arguments), api)
+    except InvocationEnded:
+        raise
+    except Exception as exc:
+        result = ToolResult.error(ToolErrorCode.TOOL_ERROR, f"{type(exc).__name__}: {exc}")
+        await _settle(registry, task, rt, call, result)
+        return
+    if isinstance(returned, Sleep | Wait):
+        await _park(registry, task, rt, tool, call, arguments, replay, returned)
+        return
+    result = ToolResult.of_text(returned) if isinstance(returned, str) else returned
+    if not isinstance(result, ToolResult):
+        text = f"tool {tool.name!r} returned {type(returned).__name__}, not a result or a park"
+        result = ToolResult.error(ToolErrorCode.TOOL_ERROR, text)
+    await _settle(registry, task, rt, call, result)
+
+
+async def _park(
+    registry: ToolRegistry,
+    task: TaskView,
+    rt: Runtime,
+    tool: ToolDefinition,
+    call: ToolCall,
+    arguments: dict[str, Any],
+    replay: str,
+    park: Sleep | Wait,
+) -> None:
+    checkpoint = {
+        "phase": "parked",
+        "arguments": arguments,
+        "replay": replay,
+        "checkpoint": park.checkpoint,
+    }
+    try:
+        if isinstance(park, Sleep):
+            state: Sleeping | Waiting = Sleeping(
+                checkpoint=checkpoint, until=park.until, signals=tuple(park.signals)
+            )
+        else:
+            state = Waiting(checkpoint=checkpoint, on=tuple(park.on), policy=park.policy)
+        await rt.commit(state)
+    except (InvalidPark, ValidationError) as exc:
+        await _settle(
+            registry, task, rt, call, ToolResult.error(ToolErrorCode.INVALID_PARK, str(exc))
+        )
+    except InvocationEnded:
+        if rt.aborted:
+            # The call was abort-marked before its park was stored: the external work it
+            # started may be live, and nothing else will ever clean it up.
+            await _cancel(registry, tool, arguments, rt, park.checkpoint)
+        raise
+
+
+async def _woken(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
+    parked = task.checkpoint
+    spec = _input(task)
+    call = ToolCall(spec.name, parked["arguments"], task.id, spec.call_id)
+    tool = registry.get(spec.name)
+    if tool is None:
+        text = f"tool {spec.name!r} was removed while the call was parked"
+        await _settle(
+            registry,
+            task,
+            rt,
+            call,
+            ToolResult.error(ToolErrorCode.TOOL_UNAVAILABLE, text),
+            failed=True,
+        )
+        return
+    wake = task.wake
+    intent = {
+        "phase": "execute",
+        "arguments": parked["arguments"],
+        "replay": parked["replay"],
+        "wake": wake.model_dump(mode="json") if wake is not None else None,
+        "checkpoint": parked.get("checkpoint"),
+    }
+    await rt.commit(Running(checkpoint=intent))
+    await _run(
+        registry,
+        task,
+        rt,
+        tool,
+        parked["arguments"],
+        parked["replay"],
+        wake=wake,
+        checkpoint=parked.get("checkpoint"),
+    )
+
+
+async def _recover(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
+    """Recovery found the intent: the run it records was cut off."""
+    intent = task.checkpoint
+    spec = _input(task)
+    tool = registry.get(spec.name)
+    wake = _WAKE.validate_python(intent["wake"]) if intent.get("wake") else None
+    if tool is not None and intent["replay"] == "safe" and tool.replay == "safe":
+        await _run(
+            registry,
+            task,
+            rt,
+            tool,
+            intent["arguments"],
+            intent["replay"],
+            wake=wake,
+            checkpoint=intent.get("checkpoint"),
+        )
+        return
+    if tool is not None and wake is not None:
+        # A woken run of a replay-unsafe tool: its external work may be live.
+        await _cancel(registry, tool, intent["arguments"], rt, intent.get("checkpoint"))
+    call = ToolCall(spec.name, intent["arguments"], task.id, spec.call_id)
+    text = f"the run of {spec.name!r} was cut off and may not be replayed (replay-unsafe)"
+    await _settle(registry, task, rt, call, ToolResult.error(ToolErrorCode.INTERRUPTED, text))
+
+
+async def _aborted(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
+    checkpoint = task.checkpoint
+    spec = _input(task)
+    tool = registry.get(spec.name)
+    arguments = checkpoint.get("arguments", spec.arguments)
+    woken_run = checkpoint["phase"] == "execute" and checkpoint.get("wake") is not None
+    if tool is not None and (checkpoint["phase"] == "parked" or woken_run):
+        await _cancel(registry, tool, arguments, rt, checkpoint.get("checkpoint"))
+    call = ToolCall(spec.name, arguments, task.id, spec.call_id)
+    reason = task.abort_reason or "aborted"
+    result = await _finish_result(
+        registry, task, rt, call, ToolResult.error(ToolErrorCode.ABORTED, reason)
+    )
+    await rt.commit(
+        Terminal(outcome=Aborted(reason=task.abort_reason, result=result.model_dump(mode="json")))
+    )
+
+
+async def _cancel(
+    registry: ToolRegistry,
+    tool: ToolDefinition,
+    arguments: dict[str, Any],
+    rt: Runtime,
+    checkpoint: Any,
+) -> None:
+    if tool.cancel is None:
+        return
+    # Cleanup gets an abort signal that never fires: the abort must not cut it short.
+    api = ToolExecutionApi(
+        rt, registry, wake=None, checkpoint=checkpoint, abort_event=asyncio.Event()
+    )
+    try:
+        await tool.cancel(tool.parse(arguments), api)
+    except InvocationEnded:
+        raise
+    except Exception as exc:  # a failing cleanup must not keep the call alive
+        await rt.memo(f"bide.cancel-error.{rt.now()}", f"{type(exc).__name__}: {exc}")
+
+
+async def _finish_result(
+    registry: ToolRegistry, task: TaskView, rt: Runtime, call: ToolCall, result: ToolResult
+) -> ToolResult:
+    hooks = _Hooks(rt)
+    for extension in registry.extensions:
+        if extension.after_tool is not None:
+            replaced = await extension.after_tool(call, result, hooks)
+            if replaced is not None:
+                result = replaced
+    diagnostics = []
+    index = 0
+    while (text := await rt.memo(f"bide.diag.{index}")) is not None:
+        diagnostics.append(text)
+        index += 1
+    duration = round((rt.now() - task.created_at) * 1000, 3)
+    return result.model_copy(update={"diagnostics": tuple(diagnostics), "duration_ms": duration})
+
+
+async def _settle(
+    registry: ToolRegistry,
+    task: TaskView,
+    rt: Runtime,
+    call: ToolCall,
+    result: ToolResult,
+    *,
+    failed: bool = False,
+) -> None:
+    """The result commit: after_tool, then the outcome (and, with agent sessions, the entry)."""
+    result = await _finish_result(registry, task, rt, call, result)
+    payload = result.model_dump(mode="json")
+    outcome = Failed(error=payload) if failed else Completed(result=payload)
+    await rt.commit(Terminal(outcome=outcome))
