@@ -233,23 +233,41 @@ class Harness:
         then says ``active`` and the host re-arms at once.
         """
         self._ensure_open()
-        while not self._closed:
-            if stop_at is None or self.clock.now() < stop_at:
-                for task_id, invocation in self._apply(self._reserve):
-                    self._spawn(task_id, invocation)
-                self._first_pass = False
-            if not self._inflight:
-                break
-            self._changed.clear()
-            waiter = asyncio.ensure_future(self._changed.wait())
-            done, _ = await asyncio.wait(
-                {*self._inflight.values(), waiter}, return_when=asyncio.FIRST_COMPLETED
-            )
-            waiter.cancel()
-            for task in done:
-                if task is not waiter and not task.cancelled() and task.exception():
-                    raise task.exception()  # type: ignore[misc]  # an engine bug: surface it
+        try:
+            while not self._closed:
+                if stop_at is None or self.clock.now() < stop_at:
+                    for task_id, invocation in self._apply(self._reserve):
+                        self._spawn(task_id, invocation)
+                    self._first_pass = False
+                if not self._inflight:
+                    # No lost wakeup: a signal delivered by another process while we ran
+                    # moved the session on. Notice it before reporting that all is parked.
+                    if self.store.head(self.session_id) != self._seq:
+                        self._reload()
+                        continue
+                    break
+                self._changed.clear()
+                waiter = asyncio.ensure_future(self._changed.wait())
+                done, _ = await asyncio.wait(
+                    {*self._inflight.values(), waiter}, return_when=asyncio.FIRST_COMPLETED
+                )
+                waiter.cancel()
+                for task in done:
+                    if task is not waiter and not task.cancelled() and task.exception():
+                        raise task.exception()  # type: ignore[misc]
+        except BaseException:
+            # An engine bug or a process death (e.g. a simulated crash): stop every other
+            # invocation too, write nothing more. The store holds whatever was committed.
+            await self._die()
+            raise
         return self.wake()
+
+    async def _die(self) -> None:
+        self._closed = True
+        tasks = [t for t in self._inflight.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- queries -----------------------------------------------------------------------------
 

@@ -1,0 +1,77 @@
+"""Tools for testing durability claims: a store that crashes the process at a chosen write.
+
+:class:`FaultyStore` wraps any :class:`~bide.store.Store` and raises :class:`Crash` at the
+N-th commit, either before the write reaches the store or right after it did. ``Crash`` is a
+``BaseException`` so no ``except Exception`` in engine or user code can swallow it: like a
+real process death, it unwinds everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from .records import TaskRecord
+from .store.base import SessionSnapshot, Store
+
+
+class Crash(BaseException):  # noqa: N818 - it models a process death, not an error
+    """The simulated process died here."""
+
+
+class FaultyStore:
+    """A Store that dies at the ``fail_at``-th commit (1-based), or at the first commit whose
+    writes satisfy ``match``; ``when`` = ``before`` (nothing written) or ``after`` (written,
+    then the process dies before it learns so). ``commits`` counts the commits attempted."""
+
+    def __init__(
+        self,
+        inner: Store,
+        fail_at: int | None = None,
+        when: Literal["before", "after"] = "before",
+        match: Callable[[Sequence[TaskRecord]], bool] | None = None,
+    ) -> None:
+        self.inner = inner
+        self.fail_at = fail_at
+        self.match = match
+        self.when = when
+        self.commits = 0
+        self.crashed = False
+
+    def disarm(self) -> None:
+        """No more faults (the restarted process)."""
+        self.fail_at = None
+        self.match = None
+
+    def load(self, session_id: str) -> SessionSnapshot:
+        """Pass through."""
+        return self.inner.load(session_id)
+
+    def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
+        """Pass through."""
+        return self.inner.get_task(session_id, task_id)
+
+    def head(self, session_id: str) -> int:
+        """Pass through."""
+        return self.inner.head(session_id)
+
+    def commit(self, session_id: str, expected_seq: int, writes: Sequence[TaskRecord]) -> int:
+        """Pass through, or crash at the chosen commit."""
+        self.commits += 1
+        hit = (self.fail_at is not None and self.commits == self.fail_at) or (
+            self.match is not None and self.match(writes)
+        )
+        if hit:
+            self.disarm()  # one death per arming
+        if hit and self.when == "before":
+            self.crashed = True
+            raise Crash(f"crash before commit {self.commits}")
+        seq = self.inner.commit(session_id, expected_seq, writes)
+        if hit:
+            self.crashed = True
+            raise Crash(f"crash after commit {self.commits}")
+        return seq
+
+    def close(self) -> None:
+        """Pass through."""
+        self.inner.close()
