@@ -15,7 +15,7 @@ from .records import TaskRecord
 from .store.base import SessionSnapshot, Store
 
 
-class Crash(BaseException):  # noqa: N818 - it models a process death, not an error
+class Crash(BaseException):
     """The simulated process died here."""
 
 
