@@ -284,7 +284,10 @@ def compute_wake(
             isinstance(state, Pending | Running)
             or runnable_for_abort(record, live)
             or ready_to_settle(record, live)
-            or (isinstance(state, Sleeping | Waiting) and wakeup(record, now, outcome_of))
+            or (
+                isinstance(state, Sleeping | Waiting)
+                and (wakeup(record, now, outcome_of) is not None or reruns(record))
+            )
         ):
             active = True
         if isinstance(state, Sleeping) and state.until is not None and not record.abort_marked:
