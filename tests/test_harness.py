@@ -15,6 +15,7 @@ from bide import (
     KeyReuseError,
     Pending,
     Running,
+    SequentialIds,
     Sleeping,
     SQLiteStore,
     Terminal,
@@ -341,5 +342,35 @@ def test_seven_days_of_history_do_not_slow_loading():
         snapshot = k.store.load("s1")
         assert snapshot.tasks == {}
         assert k.store.get_task("s1", t).status == "terminal"
+
+    run(go())
+
+
+def test_a_phase_that_only_yields_is_faulted_instead_of_spinning():
+    async def spin(task, rt):
+        await rt.commit(Pending(checkpoint="a"))
+
+    async def go():
+        kind = define_task("test.spin", 1, lambda _: "a", {"a": spin})
+        k = Kit(kind)
+        await k.h.open()
+        t = await k.h.create_task(kind)
+        await k.h.run_until_parked()
+        assert "without progress" in k.h.outcome(t).error
+
+    run(go())
+
+
+def test_a_repeating_id_source_never_overwrites_a_task():
+    async def go():
+        k = Kit(SLEEPER)
+        await k.h.open()
+        first = await k.h.create_task(SLEEPER, {"keys": ["a"]})
+        await k.h.run_until_parked()
+        k.ids = SequentialIds()  # a restarted process whose ids start again at 1
+        h = await k.reopen()
+        second = await h.create_task(SLEEPER, {"keys": ["b"]})
+        assert second != first
+        assert h.task(first).status == "sleeping" and h.task(first).input == {"keys": ["a"]}
 
     run(go())

@@ -325,6 +325,12 @@ class Harness:
                 return task_id
         else:
             task_id = self.ids.new_id("t-")
+            for _ in range(8):  # an id source that repeats (e.g. after a restart) never overwrites
+                if d.find(task_id) is None:
+                    break
+                task_id = self.ids.new_id("t-")
+            else:
+                raise DefinitionError(f"the id source keeps returning used ids ({task_id!r})")
         checkpoint = kind.initial(value)
         d.put(
             TaskRecord(

@@ -12,6 +12,7 @@ from .rules import bump, check_sleep, check_wait, decide_signal
 from .signals import SignalExpired, SignalResult, SignalState, SignalToken, SignalValue, slot_name
 from .state import (
     Completing,
+    Faulted,
     Outcome,
     Pending,
     Running,
@@ -152,7 +153,16 @@ class Runtime:
             else:
                 staged = Pending(checkpoint=new.checkpoint, wake=wake)
             progress = new.checkpoint != self._start
-            d.put(bump(record, state=staged, restarts=0 if progress else record.restarts))
+            restarts = 0 if progress else record.restarts
+            if not progress and isinstance(new, Pending):
+                # Yielding back unchanged is allowed (e.g. rerun gates at once) but counted
+                # like a restart, so a phase that only ever yields cannot spin forever.
+                restarts += 1
+                if restarts > self._h.restart_limit:
+                    error = f"phase {current.checkpoint['phase']!r} kept yielding without progress"
+                    self._h._finish(d, record, Faulted(error=error))
+                    return True
+            d.put(bump(record, state=staged, restarts=restarts))
             return progress
         if isinstance(new, Sleeping):
             check_sleep(record, new)

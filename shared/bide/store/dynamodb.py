@@ -1,0 +1,652 @@
+"""The AWS store: one DynamoDB table, one partition per session, large records in S3.
+
+Item layout (``pk`` = session id):
+
+``sk = "HEAD"``
+    The session head: ``seq``, the *live manifest* ``live = {task id: wseq}`` and ``txn``,
+    the request token of the commit that wrote it. Its index key ``lsk`` is ``"HEAD"``.
+``sk = "T#<task id>"``
+    One item per task, live or ended: the record's JSON in ``body`` (or a reference to an S3
+    object holding it) and ``wseq``, the seq of the commit that wrote it. Live tasks also carry
+    the index key ``lsk = "L#<task id>"``; ended tasks do not.
+
+The local secondary index ``live`` on (``pk``, ``lsk``) is sparse: it holds the head and the
+live tasks of each session and nothing else, so :meth:`DynamoDBStore.load` is one strongly
+consistent Query whose cost follows the live set, never the session's history. A local (not
+global) index because only local indexes can be read with ``ConsistentRead``. One item per
+task (rather than moving items between "live" and "ended" sort keys) keeps every task write
+one transaction action, so a commit of 99 writes always fits DynamoDB's 100-action limit
+whatever mix of live and ended records it holds, and :meth:`~DynamoDBStore.get_task` is one
+GetItem. The price: an item collection (one session, table plus index) is capped at 10 GB.
+
+Every commit is one ``TransactWriteItems``: the head, conditioned on the expected seq, plus one
+unconditional Put per task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from ..errors import CommitTooLarge, ConflictError, StoreUnavailable
+from ..records import TaskRecord
+from .base import SessionSnapshot
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import (
+        AttributeValueTypeDef,
+        CreateTableInputTypeDef,
+        QueryInputTypeDef,
+        TransactWriteItemTypeDef,
+    )
+    from mypy_boto3_s3.client import S3Client
+
+    Item = Mapping[str, AttributeValueTypeDef]
+
+T = TypeVar("T")
+
+# --- table layout (create_table and infrastructure code must agree on these) ----------------
+
+PARTITION_KEY: Final = "pk"
+SORT_KEY: Final = "sk"
+LIVE_INDEX: Final = "live"
+LIVE_INDEX_KEY: Final = "lsk"
+HEAD_SORT_KEY: Final = "HEAD"
+_TASK_PREFIX: Final = "T#"
+_LIVE_PREFIX: Final = "L#"
+
+# --- DynamoDB limits ------------------------------------------------------------------------
+
+#: Task writes per commit: a transaction holds at most 100 actions and one is the head.
+MAX_TASK_WRITES: Final = 99
+#: DynamoDB's item size limit.
+ITEM_LIMIT: Final = 400 * 1024
+#: Records whose JSON is larger than this go to S3 by default (when a bucket is configured).
+DEFAULT_OFFLOAD_THRESHOLD: Final = 64 * 1024
+_TRANSACTION_LIMIT: Final = 4 * 1024 * 1024
+# The head is updated in place and we never read it while committing, so its full size is
+# unknown here; keep room for a head of the largest possible size.
+_TASK_BYTES_BUDGET: Final = _TRANSACTION_LIMIT - ITEM_LIMIT
+# Our size estimate follows DynamoDB's published rules only roughly; stay clear of the edge.
+_ITEM_MARGIN: Final = 2 * 1024
+
+# --- conditions -----------------------------------------------------------------------------
+
+# The first commit of a session creates its head. Two writers that both saw an empty session
+# must not both succeed: the second one would silently overwrite the first one's head.
+_HEAD_ABSENT: Final = "attribute_not_exists(#pk)"
+
+# Every later commit is the optimistic-concurrency guard of the whole design: the head (and so
+# every task write in the same transaction) is written only if nobody committed since the
+# writer loaded. A missing head fails this too (a session never written has seq 0).
+_HEAD_AT_EXPECTED_SEQ: Final = "#seq = :expected"
+
+# Task Puts carry no condition of their own on purpose: the head's condition decides for the
+# whole transaction, and a per-task condition would only add ways to fail that we would have
+# to classify.
+
+# Load reads the head and the live tasks of one session, all of them in the sparse index.
+_SESSION_PARTITION: Final = "#pk = :pk"
+
+# --- retry classification -------------------------------------------------------------------
+
+# Errors after which the request certainly or possibly did not apply, and where sending it
+# again is safe: reads are idempotent, and a commit is resent with the same ClientRequestToken
+# and the same seq condition, so it can never apply twice.
+_TRANSIENT_CODES: Final = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "Throttling",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+        # The first attempt of this very commit is still running; wait and ask again.
+        "TransactionInProgressException",
+        # S3
+        "SlowDown",
+        "InternalError",
+        "RequestTimeout",
+        "RequestTimeoutException",
+    }
+)
+# Per-action reasons in a TransactionCanceledException that say "try again", not "no".
+_TRANSIENT_CANCELLATIONS: Final = frozenset(
+    {"TransactionConflict", "ProvisionedThroughputExceeded", "ThrottlingError"}
+)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One record ready to write: its JSON and where it will live."""
+
+    record: TaskRecord
+    body: bytes
+    sha256: str
+    offload: bool = False
+
+
+class DynamoDBStore:
+    """A :class:`~bide.store.Store` on one DynamoDB table (see :func:`create_table`), with
+    records larger than ``offload_threshold`` bytes of JSON kept in the S3 ``bucket``.
+
+    Safe to share between threads. Throttling and transient failures are retried up to
+    ``max_attempts`` times with capped, jittered exponential backoff (``sleep`` is injectable
+    so tests do not wait), then :class:`~bide.errors.StoreUnavailable` is raised. A
+    :class:`~bide.errors.ConflictError` is never retried here: the caller must reload.
+
+    When ``client``/``s3_client`` are not given, clients are created with botocore's own
+    retries turned off so that this class alone decides how often to try. Clients passed in
+    keep their configuration; their retries multiply with ours.
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        client: DynamoDBClient | None = None,
+        bucket: str | None = None,
+        s3_client: S3Client | None = None,
+        offload_threshold: int = DEFAULT_OFFLOAD_THRESHOLD,
+        *,
+        max_attempts: int = 8,
+        base_delay: float = 0.05,
+        max_delay: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if offload_threshold < 0:
+            raise ValueError("offload_threshold must be >= 0")
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        self.table_name = table_name
+        self.bucket = bucket
+        self.offload_threshold = offload_threshold
+        self._owns_clients: list[Any] = []
+        if client is None:
+            client = _new_client("dynamodb")
+            self._owns_clients.append(client)
+        self._ddb: DynamoDBClient = client
+        self._s3: S3Client | None = s3_client
+        self._max_attempts = max_attempts
+        self._base_delay = base_delay
+        self._max_delay = max_delay
+        self._sleep = sleep
+        self._rng = random.Random()
+        self._closed = False
+
+    # --- Store protocol ---------------------------------------------------------------------
+
+    def load(self, session_id: str) -> SessionSnapshot:
+        """The session's head and live tasks, as one consistent snapshot.
+
+        A Query is only *read-committed* with respect to transactions: while a commit is being
+        applied it may return some of that commit's items new and others old, and re-reading
+        the head afterwards does not close the gap (two single-item reads may be serialized on
+        different sides of one transaction). So the check is on the data itself: the head
+        carries the manifest of its live set, ``{task id: seq of the commit that last wrote
+        it}``. A task is written at most once per commit, so (id, wseq) names exactly one
+        version of a record; when the Query returns exactly the manifest's ids at exactly the
+        manifest's wseqs, the snapshot *is* the committed state at the head's seq, whatever
+        interleaving happened. Anything else (a commit landed mid-read) is read again.
+        """
+        self._check_open()
+        for attempt in range(1, self._max_attempts + 1):
+            items = self._retrying("load", lambda: self._query_live(session_id))
+            head: Item | None = None
+            found: dict[str, int] = {}
+            task_items: list[Item] = []
+            for item in items:
+                if item[SORT_KEY]["S"] == HEAD_SORT_KEY:
+                    head = item
+                else:
+                    found[_task_id(item)] = int(item["wseq"]["N"])
+                    task_items.append(item)
+            seq = 0 if head is None else int(head["seq"]["N"])
+            manifest = {} if head is None else _manifest(head)
+            if found == manifest:
+                tasks = {_task_id(i): self._record_from_item(i) for i in task_items}
+                return SessionSnapshot(session_id, seq, tasks)
+            if attempt < self._max_attempts:
+                self._sleep(self._backoff(attempt))
+        raise StoreUnavailable(
+            f"session {session_id!r} kept changing while it was loaded "
+            f"({self._max_attempts} attempts); try again later"
+        )
+
+    def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
+        """One task, live or ended (one strongly consistent GetItem), or None."""
+        self._check_open()
+        key: dict[str, AttributeValueTypeDef] = {
+            PARTITION_KEY: {"S": session_id},
+            SORT_KEY: {"S": _TASK_PREFIX + task_id},
+        }
+        out = self._retrying(
+            "get_task",
+            lambda: self._ddb.get_item(TableName=self.table_name, Key=key, ConsistentRead=True),
+        )
+        item = out.get("Item")
+        return None if item is None else self._record_from_item(item)
+
+    def head(self, session_id: str) -> int:
+        """The session's sequence number (0 when never written)."""
+        self._check_open()
+        out = self._retrying(
+            "head",
+            lambda: self._ddb.get_item(
+                TableName=self.table_name,
+                Key={PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": HEAD_SORT_KEY}},
+                ConsistentRead=True,
+                ProjectionExpression="#seq",
+                ExpressionAttributeNames={"#seq": "seq"},
+            ),
+        )
+        item = out.get("Item")
+        return 0 if item is None else int(item["seq"]["N"])
+
+    def commit(self, session_id: str, expected_seq: int, writes: Sequence[TaskRecord]) -> int:
+        """Write ``writes`` and advance the seq to ``expected_seq + 1`` in one transaction.
+
+        Raises :class:`~bide.errors.ConflictError` (nothing written) when the stored seq is not
+        ``expected_seq``; the error's ``actual_seq`` comes from the head the failed condition
+        returned, not from a second read. Raises :class:`~bide.errors.CommitTooLarge`
+        (nothing written, S3 included) when the commit has more than 99 distinct task writes,
+        or a record or the whole transaction cannot fit DynamoDB even after offloading.
+        When one record id appears several times, the last one wins.
+        """
+        self._check_open()
+        if expected_seq < 0:
+            raise ValueError("expected_seq must be >= 0")
+        records = _last_write_per_id(session_id, writes)
+        if len(records) > MAX_TASK_WRITES:
+            raise CommitTooLarge(
+                f"commit to session {session_id!r} writes {len(records)} tasks; a DynamoDB "
+                f"transaction holds at most {MAX_TASK_WRITES} task writes plus the head. "
+                "Nothing was written: split the work into several commits."
+            )
+        prepared = self._plan(session_id, records)
+        new_seq = expected_seq + 1
+        # One token for every attempt of this commit: DynamoDB answers a resent, already
+        # applied transaction with success instead of applying it again (10 minute window).
+        token = secrets.token_hex(16)
+        for p in prepared:
+            if p.offload:
+                self._put_object(session_id, p)
+        actions = [self._head_action(session_id, expected_seq, token, prepared)]
+        actions += [self._task_action(session_id, new_seq, p) for p in prepared]
+        self._retrying("commit", lambda: self._transact(session_id, expected_seq, token, actions))
+        return new_seq
+
+    def close(self) -> None:
+        """Close the clients this store created. The store may not be used afterwards."""
+        self._closed = True
+        for client in self._owns_clients:
+            client.close()
+        self._owns_clients.clear()
+
+    # --- commit -----------------------------------------------------------------------------
+
+    def _plan(self, session_id: str, records: list[TaskRecord]) -> list[_Prepared]:
+        """Serialize, decide what goes to S3 and check every size before anything is written."""
+        prepared: list[_Prepared] = []
+        for record in records:
+            body = record.to_json().encode()
+            sha = hashlib.sha256(body).hexdigest()
+            too_big_inline = _inline_item_size(session_id, record, body) > ITEM_LIMIT - _ITEM_MARGIN
+            wants_s3 = len(body) > self.offload_threshold or too_big_inline
+            if wants_s3 and self.bucket is None and too_big_inline:
+                raise CommitTooLarge(
+                    f"task {record.id!r} of session {session_id!r} serializes to {len(body)} "
+                    f"bytes, more than a DynamoDB item holds ({ITEM_LIMIT} bytes), and this "
+                    "store has no S3 bucket to offload it to. Nothing was written: configure "
+                    "a bucket or keep large values out of task records."
+                )
+            prepared.append(_Prepared(record, body, sha, wants_s3 and self.bucket is not None))
+
+        def total() -> int:
+            return sum(_item_size(session_id, p) for p in prepared)
+
+        if total() > _TASK_BYTES_BUDGET and self.bucket is not None:
+            # Offload the largest inline records until the transaction fits.
+            for i in sorted(range(len(prepared)), key=lambda i: -len(prepared[i].body)):
+                if total() <= _TASK_BYTES_BUDGET:
+                    break
+                p = prepared[i]
+                if not p.offload:
+                    prepared[i] = _Prepared(p.record, p.body, p.sha256, True)
+        if total() > _TASK_BYTES_BUDGET:
+            raise CommitTooLarge(
+                f"commit to session {session_id!r} needs about {total()} bytes of task items; a "
+                f"DynamoDB transaction holds {_TRANSACTION_LIMIT} bytes including the head. "
+                "Nothing was written: configure an S3 bucket or split the commit."
+            )
+        return prepared
+
+    def _head_action(
+        self, session_id: str, expected_seq: int, token: str, prepared: list[_Prepared]
+    ) -> TransactWriteItemTypeDef:
+        new_seq = str(expected_seq + 1)
+        if expected_seq == 0:
+            live: dict[str, AttributeValueTypeDef] = {
+                p.record.id: {"N": new_seq} for p in prepared if p.record.live
+            }
+            return {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": {
+                        PARTITION_KEY: {"S": session_id},
+                        SORT_KEY: {"S": HEAD_SORT_KEY},
+                        LIVE_INDEX_KEY: {"S": HEAD_SORT_KEY},
+                        "seq": {"N": new_seq},
+                        "txn": {"S": token},
+                        "live": {"M": live},
+                    },
+                    "ConditionExpression": _HEAD_ABSENT,
+                    "ExpressionAttributeNames": {"#pk": PARTITION_KEY},
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            }
+        names = {"#seq": "seq", "#txn": "txn"}
+        sets = ["#seq = :next", "#txn = :txn"]
+        removes: list[str] = []
+        for n, p in enumerate(prepared):
+            # DynamoDB rejects unused placeholders, so "#live" only comes with a task write.
+            names["#live"] = "live"
+            names[f"#t{n}"] = p.record.id
+            if p.record.live:
+                sets.append(f"#live.#t{n} = :next")
+            else:
+                removes.append(f"#live.#t{n}")
+        update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": HEAD_SORT_KEY}},
+                "UpdateExpression": update,
+                "ConditionExpression": _HEAD_AT_EXPECTED_SEQ,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": {
+                    ":expected": {"N": str(expected_seq)},
+                    ":next": {"N": new_seq},
+                    ":txn": {"S": token},
+                },
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+
+    def _task_action(self, session_id: str, new_seq: int, p: _Prepared) -> TransactWriteItemTypeDef:
+        item = _task_item(session_id, p, new_seq, self.bucket)
+        return {"Put": {"TableName": self.table_name, "Item": item}}
+
+    def _transact(
+        self,
+        session_id: str,
+        expected_seq: int,
+        token: str,
+        actions: list[TransactWriteItemTypeDef],
+    ) -> None:
+        """One attempt. Returns on success; raises the domain error for a definite "no";
+        lets transient errors through for :meth:`_retrying`."""
+        try:
+            self._ddb.transact_write_items(TransactItems=actions, ClientRequestToken=token)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            message = exc.response.get("Error", {}).get("Message", "")
+            if code == "TransactionCanceledException":
+                reasons = exc.response.get("CancellationReasons", [])
+                if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+                    # The head is action 0; ALL_OLD put the head as it stands into the reason.
+                    old: dict[str, Any] = dict(reasons[0].get("Item", {}))
+                    actual = 0 if not old else int(old["seq"]["N"])
+                    if old and old.get("txn", {}).get("S") == token:
+                        # An earlier attempt of this very commit was applied and its answer
+                        # lost (DynamoDB normally answers the resent request with success
+                        # itself; this covers the token window and emulators). Success.
+                        return
+                    raise ConflictError(session_id, expected_seq, actual) from None
+                codes = {r.get("Code") for r in reasons}
+                if "ItemCollectionSizeLimitExceeded" in codes:
+                    raise CommitTooLarge(
+                        f"session {session_id!r} has reached DynamoDB's 10 GB item collection "
+                        "limit; nothing was written"
+                    ) from exc
+                if "ValidationError" in codes and "size" in message.lower():
+                    raise CommitTooLarge(
+                        f"DynamoDB refused the commit to session {session_id!r} as too large "
+                        f"({message}); nothing was written"
+                    ) from exc
+            elif code == "ValidationException" and "size" in message.lower():
+                raise CommitTooLarge(
+                    f"DynamoDB refused the commit to session {session_id!r} as too large "
+                    f"({message}); nothing was written"
+                ) from exc
+            raise
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def _query_live(self, session_id: str) -> list[Item]:
+        request: QueryInputTypeDef = {
+            "TableName": self.table_name,
+            "IndexName": LIVE_INDEX,
+            "KeyConditionExpression": _SESSION_PARTITION,
+            "ExpressionAttributeNames": {"#pk": PARTITION_KEY},
+            "ExpressionAttributeValues": {":pk": {"S": session_id}},
+            "ConsistentRead": True,
+        }
+        items: list[Item] = []
+        while True:
+            page = self._ddb.query(**request)
+            items.extend(page.get("Items", []))
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return items
+            request["ExclusiveStartKey"] = last
+
+    def _record_from_item(self, item: Item) -> TaskRecord:
+        if "body" in item:
+            return TaskRecord.from_json(item["body"]["S"])
+        bucket, key, sha = item["s3_bucket"]["S"], item["s3_key"]["S"], item["sha256"]["S"]
+        body = self._retrying("read offloaded record", lambda: self._get_object(bucket, key))
+        if hashlib.sha256(body).hexdigest() != sha:
+            raise StoreUnavailable(
+                f"offloaded record s3://{bucket}/{key} does not match its digest; it was "
+                "changed outside bide"
+            )
+        return TaskRecord.from_json(body)
+
+    # --- S3 ---------------------------------------------------------------------------------
+
+    def _s3_client(self) -> S3Client:
+        if self._s3 is None:
+            self._s3 = _new_client("s3")
+            self._owns_clients.append(self._s3)
+        return self._s3
+
+    def _put_object(self, session_id: str, p: _Prepared) -> None:
+        # Written before the transaction, so a committed reference never points at nothing.
+        # The key is content-addressed: a commit that then fails leaves an unreferenced object
+        # behind but never changes an object another commit references, so it is never
+        # deleted here (a concurrent winner may have written the very same key).
+        assert self.bucket is not None
+        bucket, key = self.bucket, _object_key(session_id, p)
+        self._retrying(
+            "offload record",
+            lambda: self._s3_client().put_object(
+                Bucket=bucket, Key=key, Body=p.body, ContentType="application/json"
+            ),
+        )
+
+    def _get_object(self, bucket: str, key: str) -> bytes:
+        return self._s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    # --- retries ----------------------------------------------------------------------------
+
+    def _retrying(self, what: str, call: Callable[[], T]) -> T:
+        """Run ``call``, retrying transient failures with backoff; then StoreUnavailable."""
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                return call()
+            except (ClientError, BotoCoreError) as exc:
+                if not _is_transient(exc):
+                    raise
+                if attempt == self._max_attempts:
+                    raise StoreUnavailable(
+                        f"DynamoDB store {self.table_name!r}: {what} failed {attempt} times "
+                        f"({_describe(exc)}); try again later"
+                    ) from exc
+            self._sleep(self._backoff(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _backoff(self, attempt: int) -> float:
+        # "Full jitter": racing retriers spread out instead of colliding again in lockstep.
+        return self._rng.uniform(0, min(self._max_delay, self._base_delay * 2 ** (attempt - 1)))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this DynamoDBStore was closed")
+
+
+# --- table ----------------------------------------------------------------------------------
+
+
+def table_definition(table_name: str) -> CreateTableInputTypeDef:
+    """The ``CreateTable`` request for a bide table: on-demand, string ``pk``/``sk`` keys and
+    the sparse local index ``live`` on (``pk``, ``lsk``) projecting every attribute. Local
+    indexes can only be created with the table, so infrastructure code must declare the
+    same index."""
+    return {
+        "TableName": table_name,
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": [
+            {"AttributeName": PARTITION_KEY, "AttributeType": "S"},
+            {"AttributeName": SORT_KEY, "AttributeType": "S"},
+            {"AttributeName": LIVE_INDEX_KEY, "AttributeType": "S"},
+        ],
+        "KeySchema": [
+            {"AttributeName": PARTITION_KEY, "KeyType": "HASH"},
+            {"AttributeName": SORT_KEY, "KeyType": "RANGE"},
+        ],
+        "LocalSecondaryIndexes": [
+            {
+                "IndexName": LIVE_INDEX,
+                "KeySchema": [
+                    {"AttributeName": PARTITION_KEY, "KeyType": "HASH"},
+                    {"AttributeName": LIVE_INDEX_KEY, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+    }
+
+
+def create_table(client: DynamoDBClient, table_name: str) -> None:
+    """Create the table described by :func:`table_definition` and wait until it is active.
+    For tests and the local stack; deployed stacks create it with infrastructure code."""
+    client.create_table(**table_definition(table_name))
+    client.get_waiter("table_exists").wait(
+        TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
+    )
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _new_client(service: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    # Our own retry loop is the only one, so attempts, backoff and sleeps are ours to control.
+    config = Config(retries={"mode": "standard", "total_max_attempts": 1})
+    return boto3.client(service, config=config)  # type: ignore[call-overload]
+
+
+def _last_write_per_id(session_id: str, writes: Sequence[TaskRecord]) -> list[TaskRecord]:
+    # A transaction may not touch one item twice; "insert or replace by id" applied in order
+    # means the last write of an id is the one that stays.
+    by_id: dict[str, TaskRecord] = {}
+    for record in writes:
+        if record.session_id != session_id:
+            raise ValueError(f"task {record.id!r} belongs to session {record.session_id!r}")
+        if not record.id:
+            raise ValueError("a task id must not be empty")
+        by_id.pop(record.id, None)
+        by_id[record.id] = record
+    return list(by_id.values())
+
+
+def _object_key(session_id: str, p: _Prepared) -> str:
+    return f"{session_id}/{p.record.id}/{p.record.rev}-{p.sha256}.json"
+
+
+def _task_item(
+    session_id: str, p: _Prepared, wseq: int, bucket: str | None
+) -> dict[str, AttributeValueTypeDef]:
+    item: dict[str, AttributeValueTypeDef] = {
+        PARTITION_KEY: {"S": session_id},
+        SORT_KEY: {"S": _TASK_PREFIX + p.record.id},
+        "wseq": {"N": str(wseq)},
+        "rev": {"N": str(p.record.rev)},
+    }
+    if p.record.live:
+        item[LIVE_INDEX_KEY] = {"S": _LIVE_PREFIX + p.record.id}
+    if p.offload:
+        assert bucket is not None
+        item["s3_bucket"] = {"S": bucket}
+        item["s3_key"] = {"S": _object_key(session_id, p)}
+        item["sha256"] = {"S": p.sha256}
+    else:
+        item["body"] = {"S": p.body.decode()}
+    return item
+
+
+def _item_size(session_id: str, p: _Prepared) -> int:
+    if p.offload:
+        return 512 + 2 * len(session_id.encode()) + 3 * len(p.record.id.encode())
+    return _inline_item_size(session_id, p.record, p.body)
+
+
+def _inline_item_size(session_id: str, record: TaskRecord, body: bytes) -> int:
+    # Attribute names plus values, as DynamoDB counts them, with the small attributes rounded
+    # up generously.
+    return len(body) + len(session_id.encode()) + 2 * len(record.id.encode()) + 64
+
+
+def _task_id(item: Item) -> str:
+    return item[SORT_KEY]["S"][len(_TASK_PREFIX) :]
+
+
+def _manifest(head: Item) -> dict[str, int]:
+    live = head.get("live", {}).get("M", {})
+    return {task_id: int(value["N"]) for task_id, value in live.items()}
+
+
+def _is_transient(exc: Exception) -> bool:
+    if isinstance(exc, BotoConnectionError | HTTPClientError):
+        return True  # connection refused/reset, timeouts: the request may or may not have run
+    if not isinstance(exc, ClientError):
+        return False
+    code = exc.response.get("Error", {}).get("Code", "")
+    if code in _TRANSIENT_CODES:
+        return True
+    if code == "TransactionCanceledException":
+        reasons = exc.response.get("CancellationReasons", [])
+        codes = {r.get("Code") for r in reasons} - {"None", None}
+        return bool(codes) and codes <= _TRANSIENT_CANCELLATIONS
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return status >= 500
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        return f"{error.get('Code', '?')}: {error.get('Message', '')}"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,93 @@
+"""Every runnable example exits 0 and prints the lines that tell its story.
+
+Examples are found by glob (``examples/NN_*.py``), so a new example is run without touching
+this file; list its key lines in ``KEY_LINES`` to check its output too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py"))
+
+# Substrings each example must print (each on some line of its output).
+KEY_LINES: dict[str, list[str]] = {
+    "38_signals.py": [
+        "CI_RESULT.key('done') -> SignalKey(signal='app.ci-result', key='done')",
+        "-> invalid",
+        "field 'status': Input should be 'passed' or 'failed'",
+        "field 'log_url': Input should be a valid string",
+        "signal(t-1, 'done', passed) -> delivered",
+        "signal(t-1, 'done', failed) -> duplicate",
+        "-> not_found",
+        "signal(t-1, 'done', passed) -> closed   (the task has ended)",
+        "-> closed   (deadline passed, not yet woken)",
+        "woke: WakeExpired(reason='expired')",
+        "is running (the build started, the task has not slept yet)",
+        "-> delivered   (stored on the running task)",
+        "'done', passed) -> delivered",
+        "is running, signals={}",
+        "-> closed   (abort-marked)",
+        "ok: every signal() result shown",
+    ],
+    "39_ask_a_person.py": [
+        "wake(): active=False, at=2026-01-01 04:00 UTC",
+        "25 minutes later the person answers -> delivered",
+        "result={'text': 'yes, go ahead', 'wake': 'signal'}",
+        "result={'text': None, 'wake': 'expired'}",
+        "a late answer after the task ended -> closed",
+        "wake(): active=False, at=None   (no alarm at all)",
+        "a new harness opens the same file: task",
+        "the answer reaches the task -> delivered",
+        "result={'text': 'merge it', 'wake': 'signal'}",
+        "ok: answered once, expired once",
+    ],
+}
+
+
+def run_example(path: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT / "shared"), env.get("PYTHONPATH", "")) if p
+    )
+    return subprocess.run(
+        [sys.executable, str(path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_examples_are_found():
+    names = {p.name for p in EXAMPLES}
+    assert set(KEY_LINES) <= names, f"examples listed in KEY_LINES are missing: {names}"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_runs(path: Path):
+    proc = run_example(path)
+    assert proc.returncode == 0, (
+        f"{path.name} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n"
+        f"--- stderr\n{proc.stderr}"
+    )
+    missing = [line for line in KEY_LINES.get(path.name, []) if line not in proc.stdout]
+    assert not missing, f"{path.name} did not print {missing}\n--- stdout\n{proc.stdout}"
+
+
+def test_readme_example_matches_example_39():
+    """The README's signal-driven task is the code of example 39, verbatim."""
+    source = (ROOT / "examples" / "39_ask_a_person.py").read_text()
+    begin = source.index("# --- README: begin")
+    end = source.index("# --- README: end")
+    snippet = source[source.index("\n", begin) + 1 : end].strip()
+    readme = (ROOT / "README.md").read_text()
+    assert snippet in readme, "README.md is out of sync with examples/39_ask_a_person.py"
