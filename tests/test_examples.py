@@ -48,6 +48,34 @@ KEY_LINES: dict[str, list[str]] = {
         "result={'text': 'merge it', 'wake': 'signal'}",
         "ok: answered once, expired once",
     ],
+    "40_tool_waits_for_webhook.py": [
+        "** the process died",
+        "run_ci is sleeping; builds so far: ['build-7']",
+        "wake(): active=False, at=+7200s",
+        "the call resumed and returned: 'CI passed: https://ci.example/build-7'",
+        "outcome: aborted; cancel cleaned up: ['build-8']",
+        "its webhook arriving later -> closed",
+        "ok: one build per call despite the crash; Stop ran cancel",
+    ],
+    "41_tool_polls.py": [
+        "parked; wake().at is in 8 min",
+        "result: 'intro.mp4 rendered after 4 waits' (5 polls)",
+        "ok: backoff 1, 2, 4, 8 minutes",
+    ],
+    "42_parallel_children.py": [
+        "research_both is waiting (policy any)",
+        "research_both woke on the first child and parked again: waiting",
+        "result: tides: twice a day | winds: westerlies",
+        "ok: wait=False handles, policy any, both results",
+    ],
+    "44_approval_gate.py": [
+        "23:30 a person approves -> delivered",
+        "still waiting (quiet hours): sleeping; ran so far: []",
+        "08:00 the gates pass; the command ran: ['rm -rf build']",
+        "an unanswered approval expires: blocked: No approval within a day",
+        "gate log: quiet-hours asked at 23.50h",
+        "ok: approved at 23:30, ran at 08:00",
+    ],
 }
 
 
