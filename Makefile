@@ -105,7 +105,7 @@ test: venv
 	echo "+ pytest"; $(PYTEST); [ $$rc -eq 0 ] || failed="$$failed pytest"; \
 	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
 
-DEMOS := examples/38_signals.py examples/39_ask_a_person.py
+DEMOS := $(sort $(wildcard examples/[0-9][0-9]_*.py))
 
 demo: venv
 	@$(CLEAN_AWS_ENV) for f in $(DEMOS); do echo "== $$f"; PYTHONPATH=shared $(BIN)/python "$$f"; done

@@ -303,7 +303,8 @@ class DynamoDBStore:
             sha = hashlib.sha256(body).hexdigest()
             too_big_inline = _inline_item_size(session_id, record, body) > ITEM_LIMIT - _ITEM_MARGIN
             wants_s3 = len(body) > self.offload_threshold or too_big_inline
-            if wants_s3 and self.bucket is None and too_big_inline:
+            # Without a bucket, a record over the threshold still goes inline if it fits.
+            if too_big_inline and self.bucket is None:
                 raise CommitTooLarge(
                     f"task {record.id!r} of session {session_id!r} serializes to {len(body)} "
                     f"bytes, more than a DynamoDB item holds ({ITEM_LIMIT} bytes), and this "
