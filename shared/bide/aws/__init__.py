@@ -1,0 +1,2 @@
+"""AWS adapters: the DynamoDB store, Scheduler alarms, the SQS wake queue, webhooks and the
+services the Lambda handlers call."""

@@ -1,0 +1,32 @@
+"""Names shared by the CDK stack, the Lambda functions and the tests: one source of truth."""
+
+from __future__ import annotations
+
+# Environment variables every function reads (validated once by bide.aws.config).
+ENV_APP = "BIDE_APP"  # module:attribute of the bide.App to run
+ENV_TABLE = "BIDE_TABLE"  # DynamoDB table of sessions
+ENV_BUCKET = "BIDE_BUCKET"  # S3 bucket for large values
+ENV_QUEUE_URL = "BIDE_WAKE_QUEUE_URL"  # SQS FIFO queue of session wakes
+ENV_QUEUE_ARN = "BIDE_WAKE_QUEUE_ARN"  # the same queue's ARN (Scheduler targets it)
+ENV_SCHEDULE_GROUP = "BIDE_SCHEDULE_GROUP"  # EventBridge Scheduler group of session alarms
+ENV_SCHEDULER_ROLE_ARN = "BIDE_SCHEDULER_ROLE_ARN"  # role Scheduler assumes to send to SQS
+ENV_WEBHOOK_BASE_URL = "BIDE_WEBHOOK_BASE_URL"  # public base URL of the HTTP API
+ENV_TRACING = "BIDE_TRACING"  # "1" turns on the X-Ray tracer (it costs cold-start time)
+ENV_SAFETY_MARGIN_MS = "BIDE_SAFETY_MARGIN_MS"  # stop starting work this close to the timeout
+
+# Function names inside a stack (CDK construct ids and handler folders under functions/).
+FUNCTION_WORKER = "worker"
+FUNCTION_SIGNAL = "signal"
+FUNCTION_API = "api"
+HANDLER = "handler.handler"  # module.function inside each functions/<name>/ folder
+
+# Limits.
+MAX_WEBHOOK_BODY_BYTES = 256 * 1024  # larger webhook bodies are refused with 413
+WEBHOOK_TOKEN_BYTES = 24  # 192 bits of randomness per capability webhook token
+WEBHOOK_SIGNATURE_WINDOW_SECONDS = 300  # HMAC timestamps older or newer than this are refused
+WORKER_TIMEOUT_SECONDS = 300
+DEFAULT_SAFETY_MARGIN_MS = 20_000
+
+# Metric namespace (Powertools EMF).
+METRICS_NAMESPACE = "Bide"
+SERVICE_NAME = "bide"
