@@ -1,0 +1,607 @@
+"""Shared pieces of the AWS store tests: fake credentials, a moto bench, a DynamoDB Local bench
+(with S3 from a moto server on 127.0.0.1), client wrappers that serialize or inject faults, and
+:class:`DynamoDBAdapterChecks`, the DynamoDB-specific checks run on both benches.
+
+Nothing here can reach a real AWS endpoint: clients carry fake credentials and either run
+inside moto's ``mock_aws`` (with every endpoint override removed, since an override makes moto
+stop intercepting) or point at an explicit loopback endpoint.
+
+Import fixtures explicitly (``from aws_fixtures import moto_bench``): ``tests/conftest.py`` is
+owned elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import os
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError, ReadTimeoutError
+
+from bide.errors import CommitTooLarge, ConflictError, StoreUnavailable
+from bide.records import TaskRecord
+from bide.state import Completed, Pending, Terminal
+from bide.store.dynamodb import (
+    LIVE_INDEX,
+    LIVE_INDEX_KEY,
+    MAX_TASK_WRITES,
+    DynamoDBStore,
+    create_table,
+)
+
+REGION = "us-east-1"
+FAKE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_REGION": REGION,
+}
+LOCAL_ENDPOINT_VAR = "BIDE_DYNAMODB_LOCAL_ENDPOINT"
+
+# botocore's own retries off: the store's retry loop is what these tests exercise.
+_NO_SDK_RETRIES = Config(retries={"mode": "standard", "total_max_attempts": 1})
+
+
+def unique(prefix: str) -> str:
+    """A fresh name, so tests sharing one table or bucket never see each other's data."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def aws_client(service: str, endpoint_url: str | None = None) -> Any:
+    """A boto3 client with fake credentials, optionally on an explicit (loopback) endpoint."""
+    return boto3.client(
+        service,  # type: ignore[call-overload]
+        region_name=REGION,
+        endpoint_url=endpoint_url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        aws_session_token="testing",
+        config=_NO_SDK_RETRIES,
+    )
+
+
+# --- client wrappers --------------------------------------------------------------------------
+
+
+class LockedClient:
+    """Serializes every call made through it (all copies share one lock).
+
+    moto's TransactWriteItems is not thread-safe: it checks conditions and applies items
+    without a lock and rolls back by restoring a deep copy of the whole table, so two threads
+    can both pass a condition, and a rollback can undo another thread's commit. DynamoDB itself
+    serializes conflicting transactions; this wrapper gives moto the same property so the racing
+    tests check the store, not moto. (DynamoDB Local needs no such help.)
+    """
+
+    def __init__(self, inner: Any, lock: threading.Lock) -> None:
+        self._inner = inner
+        self._lock = lock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name.startswith("_") or not callable(attr) or name in ("get_waiter", "get_paginator"):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return call
+
+
+Fault = Callable[[Callable[[], Any]], Any]
+"""Given the real call (not yet made), do something instead: raise, call then raise, edit."""
+
+
+def client_error(code: str, operation: str, status: int = 400, **extra: Any) -> ClientError:
+    """A ClientError as botocore builds it from an AWS error response."""
+    response: dict[str, Any] = {
+        "Error": {"Code": code, "Message": f"injected {code}"},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+        **extra,
+    }
+    return ClientError(response, operation)  # type: ignore[arg-type]
+
+
+def fail_before(exc: BaseException) -> Fault:
+    """The request never reaches the service."""
+
+    def fault(call: Callable[[], Any]) -> Any:
+        raise exc
+
+    return fault
+
+
+def fail_after(exc: BaseException) -> Fault:
+    """The service applies the request, then the answer is lost."""
+
+    def fault(call: Callable[[], Any]) -> Any:
+        call()
+        raise exc
+
+    return fault
+
+
+def edit_result(edit: Callable[[Any], Any]) -> Fault:
+    """The service answers, and ``edit`` changes the answer (e.g. to fake a torn read)."""
+
+    def fault(call: Callable[[], Any]) -> Any:
+        return edit(call())
+
+    return fault
+
+
+class FaultyClient:
+    """Wraps a client: records every call and runs planned faults per operation name.
+
+    ``plan[op]`` is a list consumed one fault per call; ``always[op]`` applies to every call.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        plan: dict[str, list[Fault]] | None = None,
+        always: dict[str, Fault] | None = None,
+    ) -> None:
+        self._inner = inner
+        self.plan = plan or {}
+        self.always = always or {}
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name.startswith("_") or not callable(attr) or name in ("get_waiter", "get_paginator"):
+            return attr
+
+        def call(**kwargs: Any) -> Any:
+            self.calls.append((name, kwargs))
+            fault = self.always.get(name)
+            if fault is None and self.plan.get(name):
+                fault = self.plan[name].pop(0)
+            if fault is None:
+                return attr(**kwargs)
+            return fault(lambda: attr(**kwargs))
+
+        return call
+
+    def count(self, name: str) -> int:
+        """How many calls of operation ``name`` were made."""
+        return sum(1 for op, _ in self.calls if op == name)
+
+
+# --- benches ----------------------------------------------------------------------------------
+
+
+@dataclass
+class AwsBench:
+    """One DynamoDB table and one S3 bucket (plus clients on them) shared by a module's tests;
+    each test uses its own session ids."""
+
+    ddb: Any
+    other_ddb: Any  # a second client on the same table, as a second Lambda would hold
+    s3: Any
+    table: str
+    bucket: str
+    sleeps: list[float] = field(default_factory=list)
+
+    def store(
+        self, client: Any = None, *, bucket: bool = True, real_sleep: bool = False, **kw: Any
+    ) -> DynamoDBStore:
+        """A store on this bench. ``bucket=False`` gives a store without S3 offload. Backoff
+        sleeps are recorded in :attr:`sleeps` instead of slept, unless ``real_sleep`` (short
+        real sleeps, for racing writers) or ``sleep`` is given."""
+        if real_sleep:
+            kw.setdefault("base_delay", 0.002)
+            kw.setdefault("max_delay", 0.05)
+        else:
+            kw.setdefault("sleep", self.sleeps.append)
+        return DynamoDBStore(
+            self.table,
+            client if client is not None else self.ddb,
+            bucket=self.bucket if bucket else None,
+            s3_client=self.s3,
+            **kw,
+        )
+
+
+@contextlib.contextmanager
+def fake_aws_environment() -> Iterator[None]:
+    """Fake credentials, no profile, no endpoint override (an override disables mock_aws)."""
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in FAKE_CREDENTIALS.items():
+            env.setenv(name, value)
+        for name in list(os.environ):
+            if name.startswith("AWS_ENDPOINT_URL"):
+                env.delenv(name)
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+            env.delenv(name, raising=False)
+        env.setenv("AWS_CONFIG_FILE", os.devnull)
+        env.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+        yield
+
+
+@pytest.fixture(scope="module")
+def moto_bench() -> Iterator[AwsBench]:
+    """A moto account (``mock_aws``) with a bide table and a bucket. DynamoDB clients are
+    serialized with one shared lock (see :class:`LockedClient`)."""
+    from moto import mock_aws
+
+    with fake_aws_environment(), mock_aws():
+        lock = threading.Lock()
+        ddb = LockedClient(aws_client("dynamodb"), lock)
+        other = LockedClient(aws_client("dynamodb"), lock)
+        s3 = aws_client("s3")
+        table, bucket = "bide-test", "bide-test-offload"
+        create_table(ddb, table)
+        s3.create_bucket(Bucket=bucket)
+        yield AwsBench(ddb, other, s3, table, bucket)
+
+
+def dynamodb_local_endpoint() -> str:
+    """The DynamoDB Local endpoint from the environment, or skip the test with the reason."""
+    endpoint = os.environ.get(LOCAL_ENDPOINT_VAR, "").strip()
+    if not endpoint:
+        pytest.skip(
+            f"{LOCAL_ENDPOINT_VAR} is not set: start AWS DynamoDB Local "
+            "(scripts/dynamodb_local.sh start PORT) and export its URL to run these tests; "
+            "CI always sets it"
+        )
+    host = urllib.parse.urlsplit(endpoint).hostname or ""
+    if host.endswith(("amazonaws.com", "amazonaws.com.cn", "api.aws")):
+        pytest.fail(f"{LOCAL_ENDPOINT_VAR}={endpoint} is a real AWS endpoint; refusing to run")
+    return endpoint
+
+
+@pytest.fixture(scope="module")
+def local_bench() -> Iterator[AwsBench]:
+    """A table on AWS DynamoDB Local and a bucket on a moto S3 server on 127.0.0.1 (port 0),
+    shared by a module's tests (each test uses its own session ids)."""
+    endpoint = dynamodb_local_endpoint()
+    from moto.server import ThreadedMotoServer
+
+    s3_server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    s3_server.start()
+    try:
+        host, port = s3_server.get_host_and_port()
+        s3 = aws_client("s3", f"http://{host}:{port}")
+        ddb = aws_client("dynamodb", endpoint)
+        table, bucket = unique("bide-test"), unique("bide-offload")
+        create_table(ddb, table)
+        s3.create_bucket(Bucket=bucket)
+        try:
+            other = aws_client("dynamodb", endpoint)
+            yield AwsBench(ddb, other, s3, table, bucket)
+        finally:
+            ddb.delete_table(TableName=table)
+    finally:
+        s3_server.stop()
+
+
+# --- DynamoDB-specific checks -----------------------------------------------------------------
+
+_rev = itertools.count(1)
+
+
+def record(
+    task_id: str, session_id: str, *, ended: bool = False, size: int = 0, **fields: Any
+) -> TaskRecord:
+    """A small record; ``size`` pads its input to about that many bytes of JSON."""
+    state = Terminal(outcome=Completed(result="ok")) if ended else Pending(checkpoint="a")
+    if size:
+        fields["input"] = {"pad": "x" * size}
+    return TaskRecord(
+        id=task_id,
+        session_id=session_id,
+        kind="k",
+        version=1,
+        state=state,
+        created_at=0.0,
+        rev=fields.pop("rev", next(_rev)),
+        **fields,
+    )
+
+
+def throttled(operation: str) -> ClientError:
+    """DynamoDB's answer when a table's throughput is exceeded."""
+    return client_error("ProvisionedThroughputExceededException", operation)
+
+
+def _raw_item(bench: AwsBench, session_id: str, sort_key: str) -> dict[str, Any] | None:
+    out = bench.ddb.get_item(
+        TableName=bench.table,
+        Key={"pk": {"S": session_id}, "sk": {"S": sort_key}},
+        ConsistentRead=True,
+    )
+    item: dict[str, Any] | None = out.get("Item")
+    return item
+
+
+def _assert_untouched(store: DynamoDBStore, session_id: str, *task_ids: str) -> None:
+    assert store.head(session_id) == 0
+    assert store.load(session_id).tasks == {}
+    for task_id in task_ids:
+        assert store.get_task(session_id, task_id) is None
+
+
+class DynamoDBAdapterChecks:
+    """What the DynamoDB store adds to the contract: retries, idempotent resends, sizes,
+    offload, classification without a second read, torn-read detection. Subclass with a
+    ``bench`` fixture returning an :class:`AwsBench`."""
+
+    def test_table_has_the_sparse_live_index(self, bench: AwsBench) -> None:
+        table = bench.ddb.describe_table(TableName=bench.table)["Table"]
+        (index,) = table["LocalSecondaryIndexes"]
+        assert index["IndexName"] == LIVE_INDEX
+        assert [k["AttributeName"] for k in index["KeySchema"]] == ["pk", LIVE_INDEX_KEY]
+        sid = unique("s")
+        bench.store().commit(sid, 0, [record("live", sid), record("gone", sid, ended=True)])
+        assert LIVE_INDEX_KEY in _raw_item(bench, sid, "T#live")  # type: ignore[operator]
+        assert LIVE_INDEX_KEY not in _raw_item(bench, sid, "T#gone")  # type: ignore[operator]
+
+    def test_load_reads_only_the_head_and_live_tasks(self, bench: AwsBench) -> None:
+        sid = unique("s")
+        store = bench.store()
+        store.commit(sid, 0, [record(f"e{i}", sid, ended=True) for i in range(60)])
+        store.commit(sid, 1, [record("live", sid)])
+        pages: list[dict[str, Any]] = []
+        faulty = FaultyClient(
+            bench.ddb, always={"query": edit_result(lambda page: pages.append(page) or page)}
+        )
+        snap = bench.store(faulty).load(sid)
+        assert set(snap.tasks) == {"live"} and snap.seq == 2
+        assert [op for op, _ in faulty.calls] == ["query"]  # one Query, no other read
+        assert faulty.calls[0][1]["ConsistentRead"] is True
+        assert sum(p["ScannedCount"] for p in pages) == 2  # the head and the live task
+        assert store.get_task(sid, "e59") is not None
+
+    def test_throttled_commit_is_retried_then_succeeds(self, bench: AwsBench) -> None:
+        sid = unique("s")
+        faulty = FaultyClient(
+            bench.ddb,
+            plan={
+                "transact_write_items": [
+                    fail_before(throttled("TransactWriteItems")),
+                    fail_before(client_error("InternalServerError", "TransactWriteItems", 500)),
+                ]
+            },
+        )
+        store = bench.store(faulty, base_delay=0.1, max_delay=10)
+        assert store.commit(sid, 0, [record("a", sid)]) == 1
+        assert faulty.count("transact_write_items") == 3
+        tokens = {kw["ClientRequestToken"] for op, kw in faulty.calls if op.startswith("transact")}
+        assert len(tokens) == 1, "every attempt of one commit carries the same token"
+        assert len(bench.sleeps) == 2
+        assert 0 <= bench.sleeps[0] <= 0.1 and 0 <= bench.sleeps[1] <= 0.2
+        assert store.load(sid).tasks["a"] == store.get_task(sid, "a")
+
+    def test_transaction_conflict_cancellation_is_retried(self, bench: AwsBench) -> None:
+        # A TransactionConflict is another request touching the same item, not a seq conflict:
+        # safe to resend because the seq condition still guards the write.
+        sid = unique("s")
+        reasons = {"CancellationReasons": [{"Code": "TransactionConflict"}, {"Code": "None"}]}
+        faulty = FaultyClient(
+            bench.ddb,
+            plan={
+                "transact_write_items": [
+                    fail_before(
+                        client_error(
+                            "TransactionCanceledException", "TransactWriteItems", **reasons
+                        )
+                    )
+                ]
+            },
+        )
+        assert bench.store(faulty).commit(sid, 0, [record("a", sid)]) == 1
+        assert faulty.count("transact_write_items") == 2
+
+    def test_throttled_reads_are_retried(self, bench: AwsBench) -> None:
+        sid = unique("s")
+        bench.store().commit(sid, 0, [record("a", sid)])
+        faulty = FaultyClient(
+            bench.ddb,
+            plan={
+                "query": [fail_before(throttled("Query"))],
+                "get_item": [
+                    fail_before(client_error("ThrottlingException", "GetItem")),
+                    fail_before(ReadTimeoutError(endpoint_url="http://127.0.0.1")),
+                ],
+            },
+        )
+        store = bench.store(faulty)
+        assert set(store.load(sid).tasks) == {"a"}
+        assert store.get_task(sid, "a") is not None
+        assert faulty.count("query") == 2 and faulty.count("get_item") == 3
+
+    def test_retries_exhausted_raise_store_unavailable(self, bench: AwsBench) -> None:
+        sid = unique("s")
+        faulty = FaultyClient(
+            bench.ddb,
+            always={
+                "transact_write_items": fail_before(throttled("TransactWriteItems")),
+                "query": fail_before(throttled("Query")),
+            },
+        )
+        store = bench.store(faulty, max_attempts=4)
+        with pytest.raises(StoreUnavailable, match="commit failed 4 times") as caught:
+            store.commit(sid, 0, [record("a", sid)])
+        assert caught.value.retryable
+        assert faulty.count("transact_write_items") == 4 and len(bench.sleeps) == 3
+        with pytest.raises(StoreUnavailable):
+            store.load(sid)
+        _assert_untouched(bench.store(), sid, "a")
+
+    def test_lost_answer_of_an_applied_commit_is_a_success(self, bench: AwsBench) -> None:
+        # The first attempt applies but its answer is lost; the resend carries the same
+        # ClientRequestToken. DynamoDB answers it with success; where the token is not
+        # honoured (moto), the head's token identifies the commit. Never a ConflictError.
+        sid = unique("s")
+        faulty = FaultyClient(
+            bench.ddb,
+            plan={
+                "transact_write_items": [
+                    fail_after(ReadTimeoutError(endpoint_url="http://127.0.0.1"))
+                ]
+            },
+        )
+        store = bench.store(faulty)
+        assert store.commit(sid, 0, [record("a", sid, memos={"n": 1})]) == 1
+        assert store.commit(sid, 1, [record("a", sid, memos={"n": 2})]) == 2
+        calls = [kw for op, kw in faulty.calls if op == "transact_write_items"]
+        assert len(calls) == 3
+        assert calls[0]["ClientRequestToken"] == calls[1]["ClientRequestToken"]
+        assert calls[1]["ClientRequestToken"] != calls[2]["ClientRequestToken"]
+        assert store.head(sid) == 2
+        assert store.get_task(sid, "a").memos == {"n": 2}  # type: ignore[union-attr]
+
+    def test_conflict_after_a_transient_error_is_still_a_conflict(self, bench: AwsBench) -> None:
+        # The first attempt is throttled (not applied); before the resend another writer
+        # commits. The resend must report the conflict, not mistake it for its own success.
+        sid = unique("s")
+        rival = bench.store(bench.other_ddb)
+        faulty = FaultyClient(
+            bench.ddb, plan={"transact_write_items": [fail_before(throttled("TransactWriteItems"))]}
+        )
+        store = bench.store(faulty, sleep=lambda _: rival.commit(sid, 0, [record("r", sid)]))
+        with pytest.raises(ConflictError) as caught:
+            store.commit(sid, 0, [record("a", sid)])
+        assert (caught.value.expected_seq, caught.value.actual_seq) == (0, 1)
+        assert store.get_task(sid, "a") is None
+        assert set(store.load(sid).tasks) == {"r"}
+
+    def test_conflict_is_classified_without_a_second_read(self, bench: AwsBench) -> None:
+        sid = unique("s")
+        store = bench.store()
+        for seq in range(3):
+            store.commit(sid, seq, [record("a", sid)])
+        faulty = FaultyClient(bench.ddb)
+        for stale in (0, 1, 2, 7):
+            with pytest.raises(ConflictError) as caught:
+                bench.store(faulty).commit(sid, stale, [record("a", sid), record("b", sid)])
+            assert (caught.value.expected_seq, caught.value.actual_seq) == (stale, 3)
+        assert [op for op, _ in faulty.calls] == ["transact_write_items"] * 4
+        assert store.get_task(sid, "b") is None
+
+    def test_oversize_record_without_bucket_is_refused_before_writing(
+        self, bench: AwsBench
+    ) -> None:
+        sid = unique("s")
+        faulty = FaultyClient(bench.ddb)
+        store = bench.store(faulty, bucket=False)
+        with pytest.raises(CommitTooLarge, match="no S3 bucket"):
+            store.commit(sid, 0, [record("small", sid), record("big", sid, size=450_000)])
+        assert faulty.calls == []
+        _assert_untouched(store, sid, "small", "big")
+
+    def test_record_over_threshold_without_bucket_stays_inline(self, bench: AwsBench) -> None:
+        sid = unique("s")
+        store = bench.store(bucket=False)
+        big = record("big", sid, size=200_000)
+        store.commit(sid, 0, [big])
+        assert store.get_task(sid, "big") == big
+        assert "body" in _raw_item(bench, sid, "T#big")  # type: ignore[operator]
+
+    def test_more_than_99_task_writes_are_refused(self, bench: AwsBench) -> None:
+        sid = unique("s")
+        faulty = FaultyClient(bench.ddb)
+        store = bench.store(faulty)
+        too_many = [record(f"t{i}", sid) for i in range(MAX_TASK_WRITES + 1)]
+        with pytest.raises(CommitTooLarge, match="99"):
+            store.commit(sid, 0, too_many)
+        assert faulty.calls == []
+        _assert_untouched(store, sid, "t0", f"t{MAX_TASK_WRITES}")
+        # 99 writes (live and ended mixed) is exactly one full transaction.
+        full = [record(f"t{i}", sid, ended=i % 2 == 0) for i in range(MAX_TASK_WRITES)]
+        assert store.commit(sid, 0, full) == 1
+        assert len(store.load(sid).tasks) == MAX_TASK_WRITES // 2
+
+    def test_transaction_over_4mb(self, bench: AwsBench) -> None:
+        sid = unique("s")
+        records = [record(f"t{i}", sid, size=60_000) for i in range(70)]  # ~4.2 MB, each inline
+        faulty = FaultyClient(bench.ddb)
+        with pytest.raises(CommitTooLarge, match="transaction"):
+            bench.store(faulty, bucket=False).commit(sid, 0, records)
+        assert faulty.calls == []
+        # With a bucket, the largest records are offloaded until the transaction fits.
+        store = bench.store()
+        assert store.commit(sid, 0, records) == 1
+        assert store.load(sid).tasks == {r.id: r for r in records}
+        listed = bench.s3.list_objects_v2(Bucket=bench.bucket, Prefix=f"{sid}/")
+        assert 0 < listed["KeyCount"] < 70
+
+    def test_large_record_is_offloaded_to_s3_and_read_back(self, bench: AwsBench) -> None:
+        sid = unique("s")
+        store = bench.store()
+        big = record("big", sid, size=1_000_000, rev=3)
+        store.commit(sid, 0, [big])
+        body = big.to_json().encode()
+        key = f"{sid}/big/3-{hashlib.sha256(body).hexdigest()}.json"
+        item = _raw_item(bench, sid, "T#big")
+        assert item is not None and "body" not in item
+        assert item["s3_key"]["S"] == key and item["s3_bucket"]["S"] == bench.bucket
+        assert bench.s3.get_object(Bucket=bench.bucket, Key=key)["Body"].read() == body
+        assert store.get_task(sid, "big") == big and store.load(sid).tasks["big"] == big
+        # Replaced by a small version, it is inline again.
+        small = record("big", sid, rev=4)
+        store.commit(sid, 1, [small])
+        assert "body" in _raw_item(bench, sid, "T#big")  # type: ignore[operator]
+        assert store.get_task(sid, "big") == small
+
+    def test_tampered_offloaded_record_is_not_returned(self, bench: AwsBench) -> None:
+        sid = unique("s")
+        store = bench.store()
+        store.commit(sid, 0, [record("big", sid, size=100_000)])
+        key = _raw_item(bench, sid, "T#big")["s3_key"]["S"]  # type: ignore[index]
+        bench.s3.put_object(Bucket=bench.bucket, Key=key, Body=b"{}")
+        with pytest.raises(StoreUnavailable, match="digest"):
+            store.get_task(sid, "big")
+
+    def test_torn_read_is_detected_and_read_again(self, bench: AwsBench) -> None:
+        # Fake what a Query may return while a commit is half applied: one task at a version
+        # the head's manifest does not list, one live task missing.
+        sid = unique("s")
+        bench.store().commit(sid, 0, [record("a", sid), record("b", sid)])
+
+        def tear(page: dict[str, Any]) -> dict[str, Any]:
+            items = [i for i in page["Items"] if i["sk"]["S"] != "T#b"]
+            for i in items:
+                if i["sk"]["S"] == "T#a":
+                    i["wseq"] = {"N": "2"}
+            return {**page, "Items": items}
+
+        faulty = FaultyClient(bench.ddb, plan={"query": [edit_result(tear), edit_result(tear)]})
+        store = bench.store(faulty)
+        snap = store.load(sid)
+        assert (snap.seq, set(snap.tasks)) == (1, {"a", "b"})
+        assert faulty.count("query") == 3 and len(bench.sleeps) == 2
+
+        always_torn = FaultyClient(bench.ddb, always={"query": edit_result(tear)})
+        with pytest.raises(StoreUnavailable, match="kept changing"):
+            bench.store(always_torn, max_attempts=3).load(sid)
+
+    def test_other_errors_surface_at_once(self, bench: AwsBench) -> None:
+        store = DynamoDBStore("no-such-table", bench.ddb, sleep=bench.sleeps.append)
+        with pytest.raises(ClientError) as caught:
+            store.head(unique("s"))
+        assert caught.value.response["Error"]["Code"] == "ResourceNotFoundException"
+        assert bench.sleeps == []
+
+    def test_record_of_another_session_and_closed_store(self, bench: AwsBench) -> None:
+        sid = unique("s")
+        store = bench.store()
+        with pytest.raises(ValueError, match="belongs to session"):
+            store.commit(sid, 0, [record("a", "elsewhere")])
+        store.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            store.load(sid)
