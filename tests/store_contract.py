@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from bide.errors import ConflictError
+from bide.errors import CommitTooLarge, ConflictError
 from bide.records import SignalSlot, TaskRecord
 from bide.signals import SignalKey
 from bide.state import (
@@ -39,7 +39,7 @@ from bide.state import (
     Waiting,
     WakeSignal,
 )
-from bide.store.base import SessionSnapshot, Store
+from bide.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot, Store
 
 
 def new_session() -> str:
@@ -432,3 +432,47 @@ class StoreContract:
         store.commit(sid, 1, [ended])
         assert store.get_task(sid, "big") == ended
         assert set(store.load(sid).tasks) == {"small"}
+
+    # --- documents ---------------------------------------------------------------------------
+
+    def test_documents_round_trip_and_replace(self, store: Store) -> None:
+        s = new_session()
+        body = {"text": "héllo ✓", "n": [1, 2.5, None, True], "nested": {"a": {"b": "c"}}}
+        store.commit(s, 0, [], [Doc("conv/c1", body)])
+        assert store.get_doc(s, "conv/c1") == Doc("conv/c1", body)
+        assert store.get_doc(s, "conv/none") is None
+        store.commit(s, 1, [], [Doc("conv/c1", {"replaced": True})])
+        assert store.get_doc(s, "conv/c1") == Doc("conv/c1", {"replaced": True})
+        assert store.load(s).tasks == {}  # documents never load with the snapshot
+
+    def test_documents_list_by_prefix_in_key_order(self, store: Store) -> None:
+        s = new_session()
+        keys = [f"conv/c1/e/{i:08d}" for i in (3, 1, 2, 10)] + ["conv/c10/e/00000001", "conv/c2"]
+        store.commit(s, 0, [], [Doc(k, {"k": k}) for k in keys])
+        listed = store.list_docs(s, "conv/c1/e/")
+        assert [d.key for d in listed] == [f"conv/c1/e/{i:08d}" for i in (1, 2, 3, 10)]
+        after = store.list_docs(s, "conv/c1/e/", start_after="conv/c1/e/00000002")
+        assert [d.key for d in after] == ["conv/c1/e/00000003", "conv/c1/e/00000010"]
+        limited = store.list_docs(s, "conv/c1/e/", limit=2)
+        assert [d.key for d in limited] == ["conv/c1/e/00000001", "conv/c1/e/00000002"]
+        assert store.list_docs(s, "nothing/") == []
+        assert store.list_docs(new_session(), "conv/") == []  # sessions are isolated
+
+    def test_documents_commit_atomically_with_tasks(self, store: Store) -> None:
+        s = new_session()
+        store.commit(s, 0, [task("t1", s)], [Doc("d/1", 1)])
+        with pytest.raises(ConflictError):
+            store.commit(s, 0, [task("t2", s)], [Doc("d/2", 2), Doc("d/1", "changed")])
+        assert store.get_doc(s, "d/2") is None
+        assert store.get_doc(s, "d/1") == Doc("d/1", 1)
+        assert store.get_task(s, "t2") is None
+
+    def test_a_commit_over_the_item_limit_is_refused_whole(self, store: Store) -> None:
+        s = new_session()
+        tasks = [task(f"t{i}", s) for i in range(50)]
+        docs = [Doc(f"d/{i:03d}", i) for i in range(MAX_COMMIT_ITEMS - 50 + 1)]
+        with pytest.raises(CommitTooLarge):
+            store.commit(s, 0, tasks, docs)
+        assert store.head(s) == 0 and store.list_docs(s, "d/") == []
+        store.commit(s, 0, tasks, docs[:-1])  # exactly at the limit is fine
+        assert len(store.list_docs(s, "d/")) == MAX_COMMIT_ITEMS - 50

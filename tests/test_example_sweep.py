@@ -44,8 +44,10 @@ class Ledger(SQLiteStore):
         self.ended: set[str] = set()
         self.resolved = 0
 
-    def commit(self, session_id: str, expected_seq: int, writes: Sequence[TaskRecord]) -> int:
-        seq = super().commit(session_id, expected_seq, writes)
+    def commit(
+        self, session_id: str, expected_seq: int, writes: Sequence[TaskRecord], docs=()
+    ) -> int:
+        seq = super().commit(session_id, expected_seq, writes, docs)
         for record in writes:
             assert record.id not in self.ended, f"{record.id} written after it ended"
             if record.state.status == "terminal":

@@ -52,7 +52,7 @@ from .state import (
     Terminal,
     Waiting,
 )
-from .store.base import Store
+from .store.base import Doc, Store
 from .tasks import TaskDefinition, TaskView
 
 R = TypeVar("R")
@@ -67,6 +67,18 @@ class Draft:
     def __init__(self, harness: Harness) -> None:
         self.harness = harness
         self.writes: dict[str, TaskRecord] = {}
+        self.docs: dict[str, Any] = {}
+
+    def get_doc(self, key: str) -> Any:
+        """A document's body as this commit would leave it (None when absent)."""
+        if key in self.docs:
+            return self.docs[key]
+        return self.harness.get_doc(key)
+
+    def put_doc(self, key: str, body: Any) -> None:
+        """Stage a document for this commit."""
+        _require_json(body, f"document {key!r}")
+        self.docs[key] = body
 
     def get(self, task_id: str) -> TaskRecord | None:
         """The task as this commit would leave it, if live in memory."""
@@ -118,6 +130,7 @@ class Harness:
         self._closed = False
         self._first_pass = False
         self._outcome_waiters: dict[str, list[asyncio.Future[Outcome]]] = {}
+        self._docs: dict[str, Any] = {}  # documents read or written at the current seq
         self._abort_events: dict[str, asyncio.Event] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -212,19 +225,20 @@ class Harness:
         """Abort-mark a task and its owned work. Parked tasks stop waiting at once; running
         ones are refused their next commit. False when the task had already ended."""
 
-        def mark(d: Draft) -> bool:
-            record = d.get(task_id)
-            if record is None:
-                return False
-            targets = descendants(task_id, d.live())
-            if not isinstance(record.state, Completing):
-                targets.append(record)
-            for target in targets:
-                if not target.abort_marked:
-                    d.put(bump(target, abort_marked=True, abort_reason=reason))
-            return True
+        return self._apply(lambda d: self.mark_abort(d, task_id, reason))
 
-        return self._apply(mark)
+    def mark_abort(self, d: Draft, task_id: str, reason: str | None) -> bool:
+        """Stage abort marks on a live task and its owned work; False if it is not live."""
+        record = d.get(task_id)
+        if record is None:
+            return False
+        targets = descendants(task_id, d.live())
+        if not isinstance(record.state, Completing):
+            targets.append(record)
+        for target in targets:
+            if not target.abort_marked:
+                d.put(bump(target, abort_marked=True, abort_reason=reason))
+        return True
 
     async def run_until_parked(self, *, stop_at: float | None = None) -> Wake:
         """Run every runnable task until all are parked or ended, and return :meth:`wake`.
@@ -284,6 +298,19 @@ class Harness:
         if task_id in self._live:
             return None
         return ended_outcome(self._fetch(task_id))
+
+    def get_doc(self, key: str) -> Any:
+        """A document's body (None when absent), cached until the session moves on."""
+        if key not in self._docs:
+            doc = self.store.get_doc(self.session_id, key)
+            self._docs[key] = None if doc is None else doc.body
+        return self._docs[key]
+
+    def list_docs(
+        self, prefix: str, *, start_after: str | None = None, limit: int | None = None
+    ) -> list[Doc]:
+        """Committed documents under ``prefix`` in key order."""
+        return self.store.list_docs(self.session_id, prefix, start_after=start_after, limit=limit)
 
     @property
     def live_tasks(self) -> dict[str, TaskRecord]:
@@ -369,15 +396,17 @@ class Harness:
                 raise HarnessClosed("this harness was closed; create a new one")
             draft = Draft(self)
             result = change(draft)
-            if not draft.writes:
+            if not draft.writes and not draft.docs:
                 return result
+            docs = [Doc(key, body) for key, body in draft.docs.items()]
             try:
                 self._seq = self.store.commit(
-                    self.session_id, self._seq, list(draft.writes.values())
+                    self.session_id, self._seq, list(draft.writes.values()), docs
                 )
             except ConflictError:
                 self._reload()
                 continue
+            self._docs.update(draft.docs)
             self._adopt(draft.writes.values())
             return result
         raise ConflictError(self.session_id, self._seq, None)
@@ -428,6 +457,7 @@ class Harness:
         )
 
     def _reload(self) -> None:
+        self._docs.clear()
         snapshot = self.store.load(self.session_id)
         self._seq = snapshot.seq
         self._live = dict(snapshot.tasks)

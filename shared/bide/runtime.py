@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import DefinitionError, InvalidTransition, InvocationEnded
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from .harness import Draft, Harness
 
 T = TypeVar("T")
+R = TypeVar("R")
 _MISSING: Any = object()
 
 
@@ -117,6 +119,26 @@ class Runtime:
         """Another task's outcome once terminal."""
         return self._h.outcome(task_id)
 
+    def get_doc(self, key: str) -> Any:
+        """A committed document's body (None when absent)."""
+        return self._h.get_doc(key)
+
+    def list_docs(self, prefix: str) -> list[tuple[str, Any]]:
+        """Committed documents under ``prefix``, in key order."""
+        return [(d.key, d.body) for d in self._h.list_docs(prefix)]
+
+    async def write(self, change: Callable[[_Tx], R]) -> R:
+        """Commit side writes (documents, child tasks, signals) without changing the task's
+        state; returns what ``change`` returned. ``change`` may run more than once."""
+        box: list[R] = []
+
+        def build(tx: _Tx) -> None:
+            box.clear()
+            box.append(change(tx))
+
+        await self.commit(build)  # type: ignore[arg-type]
+        return box[0]
+
     # --- internals ---------------------------------------------------------------------------
 
     def _holder(self, d: Draft) -> TaskRecord:
@@ -202,6 +224,38 @@ class _Tx:
         if decision.record is not None:
             self._d.put(decision.record)
         return decision.result
+
+    @property
+    def task_id(self) -> str:
+        """The committing task."""
+        return self._task_id
+
+    @property
+    def session_id(self) -> str:
+        """The session of this commit."""
+        return self._h.session_id
+
+    def now(self) -> float:
+        """The harness clock."""
+        return self._h.clock.now()
+
+    def get_doc(self, key: str) -> Any:
+        """A document as this commit would leave it (None when absent)."""
+        return self._d.get_doc(key)
+
+    def put_doc(self, key: str, body: Any) -> None:
+        """Write a document in this commit."""
+        self._d.put_doc(key, body)
+
+    def list_docs(self, prefix: str) -> list[tuple[str, Any]]:
+        """Committed documents under ``prefix`` overlaid with this commit's, in key order."""
+        found = {d.key: d.body for d in self._h.list_docs(prefix)}
+        found.update({k: v for k, v in self._d.docs.items() if k.startswith(prefix)})
+        return sorted(found.items())
+
+    def abort(self, task_id: str, reason: str | None = None) -> bool:
+        """Abort-mark a task of this session and its owned work, in this commit."""
+        return self._h.mark_abort(self._d, task_id, reason)
 
     def memo(self, name: str, value: Any) -> Any:
         """First-writer-wins memo on the committing task, in this commit."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from .records import TaskRecord
-from .store.base import SessionSnapshot, Store
+from .store.base import Doc, SessionSnapshot, Store
 
 
 class Crash(BaseException):
@@ -55,7 +55,28 @@ class FaultyStore:
         """Pass through."""
         return self.inner.head(session_id)
 
-    def commit(self, session_id: str, expected_seq: int, writes: Sequence[TaskRecord]) -> int:
+    def get_doc(self, session_id: str, key: str) -> Doc | None:
+        """Pass through."""
+        return self.inner.get_doc(session_id, key)
+
+    def list_docs(
+        self,
+        session_id: str,
+        prefix: str,
+        *,
+        start_after: str | None = None,
+        limit: int | None = None,
+    ) -> list[Doc]:
+        """Pass through."""
+        return self.inner.list_docs(session_id, prefix, start_after=start_after, limit=limit)
+
+    def commit(
+        self,
+        session_id: str,
+        expected_seq: int,
+        writes: Sequence[TaskRecord],
+        docs: Sequence[Doc] = (),
+    ) -> int:
         """Pass through, or crash at the chosen commit."""
         self.commits += 1
         hit = (self.fail_at is not None and self.commits == self.fail_at) or (
@@ -66,7 +87,7 @@ class FaultyStore:
         if hit and self.when == "before":
             self.crashed = True
             raise Crash(f"crash before commit {self.commits}")
-        seq = self.inner.commit(session_id, expected_seq, writes)
+        seq = self.inner.commit(session_id, expected_seq, writes, docs)
         if hit:
             self.crashed = True
             raise Crash(f"crash after commit {self.commits}")

@@ -6,6 +6,14 @@ nothing of its commit is written (never merged). Loading reads the session head 
 *live* tasks only, so the cost of a resume does not grow with the session's history;
 ended tasks are read one at a time with :meth:`Store.get_task`.
 
+Besides task records, a commit may write *documents*: JSON values under string keys
+(conversation entries, submissions, webhook bindings). They are never loaded with the
+snapshot; they are read by key or by key prefix, in key order.
+
+A commit holds at most :data:`MAX_COMMIT_ITEMS` records and documents together (the
+DynamoDB store's transaction limit, enforced by every store so the engine cannot build a
+commit that only the embedded store accepts).
+
 Every store implementation must pass ``tests/store_contract.py``.
 """
 
@@ -13,9 +21,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..records import TaskRecord
+
+MAX_COMMIT_ITEMS = 99
+
+
+@dataclass(frozen=True)
+class Doc:
+    """A document: a JSON value under a key (keys sort; use zero-padded numbers)."""
+
+    key: str
+    body: Any
 
 
 @dataclass(frozen=True)
@@ -42,13 +60,36 @@ class Store(Protocol):
         """The session's current sequence number (0 when never written)."""
         ...
 
-    def commit(self, session_id: str, expected_seq: int, writes: Sequence[TaskRecord]) -> int:
-        """Write every record in ``writes`` (insert or replace by id) and advance the sequence
-        from ``expected_seq`` to ``expected_seq + 1``, all or nothing.
+    def commit(
+        self,
+        session_id: str,
+        expected_seq: int,
+        writes: Sequence[TaskRecord],
+        docs: Sequence[Doc] = (),
+    ) -> int:
+        """Write every record in ``writes`` (insert or replace by id) and every document in
+        ``docs`` (insert or replace by key), and advance the sequence from ``expected_seq`` to
+        ``expected_seq + 1``, all or nothing.
 
         Raises :class:`~bide.errors.ConflictError` when the stored sequence is not
-        ``expected_seq``. Returns the new sequence number.
+        ``expected_seq``, and :class:`~bide.errors.CommitTooLarge` for more than
+        :data:`MAX_COMMIT_ITEMS` items. Returns the new sequence number.
         """
+        ...
+
+    def get_doc(self, session_id: str, key: str) -> Doc | None:
+        """One document, or None."""
+        ...
+
+    def list_docs(
+        self,
+        session_id: str,
+        prefix: str,
+        *,
+        start_after: str | None = None,
+        limit: int | None = None,
+    ) -> list[Doc]:
+        """Documents whose key starts with ``prefix``, in key order, after ``start_after``."""
         ...
 
     def close(self) -> None:

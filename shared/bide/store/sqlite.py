@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Sequence
+from typing import Any
 
-from ..errors import ConflictError
+from ..errors import CommitTooLarge, ConflictError
 from ..records import TaskRecord
-from .base import SessionSnapshot
+from .base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS heads (
@@ -24,6 +26,12 @@ CREATE TABLE IF NOT EXISTS tasks (
 );
 -- Loading reads live tasks only, so resumes stay cheap however long the history.
 CREATE INDEX IF NOT EXISTS tasks_live ON tasks (session_id, live);
+CREATE TABLE IF NOT EXISTS docs (
+    session_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (session_id, key)
+);
 """
 
 
@@ -69,9 +77,21 @@ class SQLiteStore:
         with self._lock:
             return self._seq(session_id)
 
-    def commit(self, session_id: str, expected_seq: int, writes: Sequence[TaskRecord]) -> int:
-        """Write ``writes`` and advance the sequence, or raise ConflictError and write nothing."""
+    def commit(
+        self,
+        session_id: str,
+        expected_seq: int,
+        writes: Sequence[TaskRecord],
+        docs: Sequence[Doc] = (),
+    ) -> int:
+        """Write ``writes`` and ``docs`` and advance the sequence, or raise and write nothing."""
+        if len(writes) + len(docs) > MAX_COMMIT_ITEMS:
+            raise CommitTooLarge(
+                f"a commit holds at most {MAX_COMMIT_ITEMS} records and documents, "
+                f"not {len(writes) + len(docs)}; nothing was written"
+            )
         rows = [(session_id, r.id, int(r.live), r.to_json()) for r in writes]
+        doc_rows = [(session_id, d.key, _dumps(d.body)) for d in docs]
         for record in writes:
             if record.session_id != session_id:
                 raise ValueError(f"task {record.id!r} belongs to session {record.session_id!r}")
@@ -87,6 +107,11 @@ class SQLiteStore:
                     "body = excluded.body",
                     rows,
                 )
+                self._db.executemany(
+                    "INSERT INTO docs (session_id, key, body) VALUES (?, ?, ?) "
+                    "ON CONFLICT (session_id, key) DO UPDATE SET body = excluded.body",
+                    doc_rows,
+                )
                 self._db.execute(
                     "INSERT INTO heads (session_id, seq) VALUES (?, ?) "
                     "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq",
@@ -98,6 +123,37 @@ class SQLiteStore:
             self._db.execute("COMMIT")
         return expected_seq + 1
 
+    def get_doc(self, session_id: str, key: str) -> Doc | None:
+        """One document, or None."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT body FROM docs WHERE session_id = ? AND key = ?", (session_id, key)
+            ).fetchone()
+        return None if row is None else Doc(key, json.loads(row[0]))
+
+    def list_docs(
+        self,
+        session_id: str,
+        prefix: str,
+        *,
+        start_after: str | None = None,
+        limit: int | None = None,
+    ) -> list[Doc]:
+        """Documents under ``prefix`` in key order."""
+        # A range scan rather than LIKE: keys may hold '%' or '_'.
+        low = max(prefix, start_after + "\x00") if start_after is not None else prefix
+        query = "SELECT key, body FROM docs WHERE session_id = ? AND key >= ? ORDER BY key"
+        params: list[Any] = [session_id, low]
+        rows: list[tuple[str, str]] = []
+        with self._lock:
+            for key, body in self._db.execute(query, params):
+                if not key.startswith(prefix):
+                    break
+                rows.append((key, body))
+                if limit is not None and len(rows) >= limit:
+                    break
+        return [Doc(key, json.loads(body)) for key, body in rows]
+
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
@@ -108,3 +164,7 @@ class SQLiteStore:
             "SELECT seq FROM heads WHERE session_id = ?", (session_id,)
         ).fetchone()
         return 0 if row is None else int(row[0])
+
+
+def _dumps(body: Any) -> str:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
