@@ -212,10 +212,13 @@ class _Tx:
         *,
         key: str | None = None,
         background: bool = False,
+        owner: str | None = _MISSING,
     ) -> str:
-        """Create a task owned by the committing task, in this commit."""
+        """Create a task in this commit, owned by the committing task unless ``owner`` says
+        otherwise (None: a top-level task)."""
+        owned_by = self._task_id if owner is _MISSING else owner
         return self._h.new_task(
-            self._d, kind, input, key=key, owner=self._task_id, background=background
+            self._d, kind, input, key=key, owner=owned_by, background=background
         )
 
     def signal(self, task_id: str, token: SignalToken[Any], key: str, value: Any) -> SignalResult:

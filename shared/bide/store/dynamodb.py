@@ -9,6 +9,11 @@ Item layout (``pk`` = session id):
     One item per task, live or ended: the record's JSON in ``body`` (or a reference to an S3
     object holding it) and ``wseq``, the seq of the commit that wrote it. Live tasks also carry
     the index key ``lsk = "L#<task id>"``; ended tasks do not.
+``sk = "D#<document key>"``
+    One item per document: its JSON in ``body`` (or a reference to an S3 object) and ``wseq``.
+    Never an ``lsk``, so documents stay out of :meth:`~DynamoDBStore.load`; they are read with
+    one GetItem (:meth:`~DynamoDBStore.get_doc`) or one Query on the ``D#<prefix>`` range of
+    the session's partition (:meth:`~DynamoDBStore.list_docs`), in key order.
 
 The local secondary index ``live`` on (``pk``, ``lsk``) is sparse: it holds the head and the
 live tasks of each session and nothing else, so :meth:`DynamoDBStore.load` is one strongly
@@ -20,12 +25,18 @@ whatever mix of live and ended records it holds, and :meth:`~DynamoDBStore.get_t
 GetItem. The price: an item collection (one session, table plus index) is capped at 10 GB.
 
 Every commit is one ``TransactWriteItems``: the head, conditioned on the expected seq, plus one
-unconditional Put per task.
+unconditional Put per task and per document, so a commit holds at most
+:data:`~bide.store.base.MAX_COMMIT_ITEMS` (99) records and documents together. A record or
+document whose JSON is larger than the offload threshold (or that the item or transaction size
+limits would not hold) is written to S3 first, under a content-addressed key, and its item
+holds the object's bucket, key and SHA-256 digest, checked on every read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import random
 import secrets
 import time
@@ -38,7 +49,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from ..errors import CommitTooLarge, ConflictError, StoreUnavailable
 from ..records import TaskRecord
-from .base import SessionSnapshot
+from .base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -63,19 +74,27 @@ LIVE_INDEX_KEY: Final = "lsk"
 HEAD_SORT_KEY: Final = "HEAD"
 _TASK_PREFIX: Final = "T#"
 _LIVE_PREFIX: Final = "L#"
+_DOC_PREFIX: Final = "D#"
 
 # --- DynamoDB limits ------------------------------------------------------------------------
 
-#: Task writes per commit: a transaction holds at most 100 actions and one is the head.
-MAX_TASK_WRITES: Final = 99
+#: Record and document writes per commit (the Store contract's limit): a transaction holds at
+#: most 100 actions and one is the head.
+MAX_TASK_WRITES: Final = MAX_COMMIT_ITEMS
 #: DynamoDB's item size limit.
 ITEM_LIMIT: Final = 400 * 1024
-#: Records whose JSON is larger than this go to S3 by default (when a bucket is configured).
+#: Records and documents whose JSON is larger than this go to S3 by default (when a bucket is
+#: configured).
 DEFAULT_OFFLOAD_THRESHOLD: Final = 64 * 1024
 _TRANSACTION_LIMIT: Final = 4 * 1024 * 1024
+_TRANSACTION_ACTIONS: Final = 100
+assert MAX_TASK_WRITES + 1 <= _TRANSACTION_ACTIONS  # the head is one action more
 # The head is updated in place and we never read it while committing, so its full size is
 # unknown here; keep room for a head of the largest possible size.
-_TASK_BYTES_BUDGET: Final = _TRANSACTION_LIMIT - ITEM_LIMIT
+_ITEM_BYTES_BUDGET: Final = _TRANSACTION_LIMIT - ITEM_LIMIT
+# DynamoDB's limit on a sort key value, in bytes of UTF-8: a document key may use all of it
+# but its "D#".
+_SORT_KEY_LIMIT: Final = 1024
 # Our size estimate follows DynamoDB's published rules only roughly; stay clear of the edge.
 _ITEM_MARGIN: Final = 2 * 1024
 
@@ -96,6 +115,14 @@ _HEAD_AT_EXPECTED_SEQ: Final = "#seq = :expected"
 
 # Load reads the head and the live tasks of one session, all of them in the sparse index.
 _SESSION_PARTITION: Final = "#pk = :pk"
+
+# list_docs reads one key range of the table: the session's documents under a prefix. A key
+# condition takes one range operator on the sort key, so "after start_after" cannot be a second
+# one next to begins_with; it is the Query's ExclusiveStartKey instead (a key need not exist to
+# start after it, and it lies inside the range whenever start_after starts with the prefix,
+# the only case that needs it). The range's end stays the service's business: no reading past
+# the prefix and stopping on the client.
+_DOCS_UNDER_PREFIX: Final = "#pk = :pk AND begins_with(#sk, :prefix)"
 
 # --- retry classification -------------------------------------------------------------------
 
@@ -129,17 +156,29 @@ _TRANSIENT_CANCELLATIONS: Final = frozenset(
 
 @dataclass(frozen=True)
 class _Prepared:
-    """One record ready to write: its JSON and where it will live."""
+    """One record or document ready to write: its JSON and where it will live."""
 
-    record: TaskRecord
+    sort_key: str
     body: bytes
     sha256: str
+    #: The S3 key it is written to when offloaded (content-addressed).
+    object_key: str
+    #: The task record, or None for a document.
+    record: TaskRecord | None = None
     offload: bool = False
+
+    @property
+    def what(self) -> str:
+        """Names it in messages."""
+        if self.record is not None:
+            return f"task {self.record.id!r}"
+        return f"document {self.sort_key[len(_DOC_PREFIX) :]!r}"
 
 
 class DynamoDBStore:
     """A :class:`~bide.store.Store` on one DynamoDB table (see :func:`create_table`), with
-    records larger than ``offload_threshold`` bytes of JSON kept in the S3 ``bucket``.
+    records and documents larger than ``offload_threshold`` bytes of JSON kept in the S3
+    ``bucket``.
 
     Safe to share between threads. Throttling and transient failures are retried up to
     ``max_attempts`` times with capped, jittered exponential backoff (``sleep`` is injectable
@@ -214,7 +253,10 @@ class DynamoDBStore:
             seq = 0 if head is None else int(head["seq"]["N"])
             manifest = {} if head is None else _manifest(head)
             if found == manifest:
-                tasks = {_task_id(i): self._record_from_item(i) for i in task_items}
+                tasks = {
+                    _task_id(i): TaskRecord.from_json(self._read_body(i, "record"))
+                    for i in task_items
+                }
                 return SessionSnapshot(session_id, seq, tasks)
             if attempt < self._max_attempts:
                 self._sleep(self._backoff(attempt))
@@ -235,7 +277,7 @@ class DynamoDBStore:
             lambda: self._ddb.get_item(TableName=self.table_name, Key=key, ConsistentRead=True),
         )
         item = out.get("Item")
-        return None if item is None else self._record_from_item(item)
+        return None if item is None else TaskRecord.from_json(self._read_body(item, "record"))
 
     def head(self, session_id: str) -> int:
         """The session's sequence number (0 when never written)."""
@@ -253,38 +295,130 @@ class DynamoDBStore:
         item = out.get("Item")
         return 0 if item is None else int(item["seq"]["N"])
 
-    def commit(self, session_id: str, expected_seq: int, writes: Sequence[TaskRecord]) -> int:
-        """Write ``writes`` and advance the seq to ``expected_seq + 1`` in one transaction.
+    def commit(
+        self,
+        session_id: str,
+        expected_seq: int,
+        writes: Sequence[TaskRecord],
+        docs: Sequence[Doc] = (),
+    ) -> int:
+        """Write ``writes`` and ``docs`` and advance the seq to ``expected_seq + 1`` in one
+        transaction.
 
         Raises :class:`~bide.errors.ConflictError` (nothing written) when the stored seq is not
         ``expected_seq``; the error's ``actual_seq`` comes from the head the failed condition
         returned, not from a second read. Raises :class:`~bide.errors.CommitTooLarge`
-        (nothing written, S3 included) when the commit has more than 99 distinct task writes,
-        or a record or the whole transaction cannot fit DynamoDB even after offloading.
-        When one record id appears several times, the last one wins.
+        (nothing written, S3 included) when ``writes`` and ``docs`` hold more than
+        :data:`~bide.store.base.MAX_COMMIT_ITEMS` (99) items together, or a record, a document
+        or the whole transaction cannot fit DynamoDB even after offloading. When one record id
+        or one document key appears several times, the last one wins. Raises ValueError for a
+        record of another session, an empty task id, a document key longer than 1022 bytes of
+        UTF-8 (a DynamoDB sort key holds 1024) or a document body that is not JSON.
         """
         self._check_open()
         if expected_seq < 0:
             raise ValueError("expected_seq must be >= 0")
-        records = _last_write_per_id(session_id, writes)
-        if len(records) > MAX_TASK_WRITES:
+        # Counted as given, before repeated ids and keys collapse, as every store counts.
+        if len(writes) + len(docs) > MAX_COMMIT_ITEMS:
             raise CommitTooLarge(
-                f"commit to session {session_id!r} writes {len(records)} tasks; a DynamoDB "
-                f"transaction holds at most {MAX_TASK_WRITES} task writes plus the head. "
-                "Nothing was written: split the work into several commits."
+                f"commit to session {session_id!r} writes {len(writes)} records and "
+                f"{len(docs)} documents; a commit holds at most {MAX_COMMIT_ITEMS} together "
+                f"(a DynamoDB transaction holds {_TRANSACTION_ACTIONS} actions and one is the "
+                "head). Nothing was written: split the work into several commits."
             )
-        prepared = self._plan(session_id, records)
+        records = _last_write_per_id(session_id, writes)
+        documents = _last_write_per_key(docs)
+        prepared = self._plan(session_id, records, documents)
         new_seq = expected_seq + 1
         # One token for every attempt of this commit: DynamoDB answers a resent, already
         # applied transaction with success instead of applying it again (10 minute window).
         token = secrets.token_hex(16)
         for p in prepared:
             if p.offload:
-                self._put_object(session_id, p)
-        actions = [self._head_action(session_id, expected_seq, token, prepared)]
-        actions += [self._task_action(session_id, new_seq, p) for p in prepared]
+                self._put_object(p)
+        actions = [self._head_action(session_id, expected_seq, token, records)]
+        actions += [self._put_action(session_id, new_seq, p) for p in prepared]
         self._retrying("commit", lambda: self._transact(session_id, expected_seq, token, actions))
         return new_seq
+
+    def get_doc(self, session_id: str, key: str) -> Doc | None:
+        """One document (one strongly consistent GetItem), or None."""
+        self._check_open()
+        sort_key = _DOC_PREFIX + key
+        if not _fits_sort_key(sort_key):
+            return None  # no document can have this key
+        item_key: dict[str, AttributeValueTypeDef] = {
+            PARTITION_KEY: {"S": session_id},
+            SORT_KEY: {"S": sort_key},
+        }
+        out = self._retrying(
+            "get_doc",
+            lambda: self._ddb.get_item(
+                TableName=self.table_name, Key=item_key, ConsistentRead=True
+            ),
+        )
+        item = out.get("Item")
+        return None if item is None else self._doc_from_item(item)
+
+    def list_docs(
+        self,
+        session_id: str,
+        prefix: str,
+        *,
+        start_after: str | None = None,
+        limit: int | None = None,
+    ) -> list[Doc]:
+        """Documents whose key starts with ``prefix`` and sorts after ``start_after``, in key
+        order (of the keys' UTF-8 bytes, which is Python's ``str`` order), at most ``limit``.
+
+        One strongly consistent Query on the session's ``D#<prefix>`` range, paged as
+        DynamoDB pages it (about 1 MB a page) and asking for no more items than ``limit``
+        still needs. Each page is read-committed with respect to commits, but the pages of one
+        call are not one snapshot: a commit landing between two pages shows in the later ones
+        only.
+        """
+        self._check_open()
+        if limit is not None and limit < 0:
+            raise ValueError("limit must be >= 0")
+        if limit == 0 or not _fits_sort_key(_DOC_PREFIX + prefix):
+            return []  # nothing asked for, or no key can be that long
+        after: str | None = None
+        if start_after is not None and start_after >= prefix:
+            if not start_after.startswith(prefix):
+                return []  # start_after sorts after every key under the prefix
+            after = start_after
+        request: QueryInputTypeDef = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": _DOCS_UNDER_PREFIX,
+            "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#sk": SORT_KEY},
+            "ExpressionAttributeValues": {
+                ":pk": {"S": session_id},
+                ":prefix": {"S": _DOC_PREFIX + prefix},
+            },
+            "ConsistentRead": True,
+        }
+        if after is not None and _fits_sort_key(_DOC_PREFIX + after):
+            request["ExclusiveStartKey"] = {
+                PARTITION_KEY: {"S": session_id},
+                SORT_KEY: {"S": _DOC_PREFIX + after},
+            }
+        # A start_after too long to be a key is skipped to on the client instead (the check
+        # is a no-op otherwise).
+        docs: list[Doc] = []
+        while True:
+            if limit is not None:
+                request["Limit"] = limit - len(docs)
+            page = self._retrying("list_docs", lambda: self._ddb.query(**request))
+            for item in page.get("Items", []):
+                if after is not None and _doc_key(item) <= after:
+                    continue
+                docs.append(self._doc_from_item(item))
+                if limit is not None and len(docs) >= limit:
+                    return docs
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return docs
+            request["ExclusiveStartKey"] = last
 
     def close(self) -> None:
         """Close the clients this store created. The store may not be used afterwards."""
@@ -295,50 +429,70 @@ class DynamoDBStore:
 
     # --- commit -----------------------------------------------------------------------------
 
-    def _plan(self, session_id: str, records: list[TaskRecord]) -> list[_Prepared]:
+    def _plan(self, session_id: str, records: list[TaskRecord], docs: list[Doc]) -> list[_Prepared]:
         """Serialize, decide what goes to S3 and check every size before anything is written."""
         prepared: list[_Prepared] = []
         for record in records:
             body = record.to_json().encode()
             sha = hashlib.sha256(body).hexdigest()
-            too_big_inline = _inline_item_size(session_id, record, body) > ITEM_LIMIT - _ITEM_MARGIN
-            wants_s3 = len(body) > self.offload_threshold or too_big_inline
-            # Without a bucket, a record over the threshold still goes inline if it fits.
+            key = f"{session_id}/{record.id}/{record.rev}-{sha}.json"
+            prepared.append(_Prepared(_TASK_PREFIX + record.id, body, sha, key, record))
+        for doc in docs:
+            sort_key = _DOC_PREFIX + doc.key
+            if not _fits_sort_key(sort_key):
+                raise ValueError(
+                    f"document key {doc.key[:60]!r}... of session {session_id!r} is "
+                    f"{len(doc.key.encode())} bytes of UTF-8; at most "
+                    f"{_SORT_KEY_LIMIT - len(_DOC_PREFIX)} fit a DynamoDB sort key"
+                )
+            body = _dumps(doc.body).encode()
+            sha = hashlib.sha256(body).hexdigest()
+            key_sha = hashlib.sha256(doc.key.encode()).hexdigest()
+            object_key = f"{session_id}/docs/{key_sha}/{sha}.json"
+            prepared.append(_Prepared(sort_key, body, sha, object_key))
+
+        for n, p in enumerate(prepared):
+            too_big_inline = _inline_item_size(session_id, p) > ITEM_LIMIT - _ITEM_MARGIN
+            wants_s3 = len(p.body) > self.offload_threshold or too_big_inline
+            # Without a bucket, a body over the threshold still goes inline if it fits.
             if too_big_inline and self.bucket is None:
                 raise CommitTooLarge(
-                    f"task {record.id!r} of session {session_id!r} serializes to {len(body)} "
-                    f"bytes, more than a DynamoDB item holds ({ITEM_LIMIT} bytes), and this "
-                    "store has no S3 bucket to offload it to. Nothing was written: configure "
-                    "a bucket or keep large values out of task records."
+                    f"{p.what} of session {session_id!r} serializes to {len(p.body)} bytes, "
+                    f"more than a DynamoDB item holds ({ITEM_LIMIT} bytes), and this store has "
+                    "no S3 bucket to offload it to. Nothing was written: configure a bucket or "
+                    "keep large values out of task records and documents."
                 )
-            prepared.append(_Prepared(record, body, sha, wants_s3 and self.bucket is not None))
+            if wants_s3 and self.bucket is not None:
+                prepared[n] = dataclasses.replace(p, offload=True)
 
         def total() -> int:
             return sum(_item_size(session_id, p) for p in prepared)
 
-        if total() > _TASK_BYTES_BUDGET and self.bucket is not None:
-            # Offload the largest inline records until the transaction fits.
+        if total() > _ITEM_BYTES_BUDGET and self.bucket is not None:
+            # Offload the largest inline items until the transaction fits.
             for i in sorted(range(len(prepared)), key=lambda i: -len(prepared[i].body)):
-                if total() <= _TASK_BYTES_BUDGET:
+                if total() <= _ITEM_BYTES_BUDGET:
                     break
-                p = prepared[i]
-                if not p.offload:
-                    prepared[i] = _Prepared(p.record, p.body, p.sha256, True)
-        if total() > _TASK_BYTES_BUDGET:
+                if not prepared[i].offload:
+                    prepared[i] = dataclasses.replace(prepared[i], offload=True)
+        if total() > _ITEM_BYTES_BUDGET:
             raise CommitTooLarge(
-                f"commit to session {session_id!r} needs about {total()} bytes of task items; a "
-                f"DynamoDB transaction holds {_TRANSACTION_LIMIT} bytes including the head. "
-                "Nothing was written: configure an S3 bucket or split the commit."
+                f"commit to session {session_id!r} needs about {total()} bytes of task and "
+                f"document items; a DynamoDB transaction holds {_TRANSACTION_LIMIT} bytes "
+                "including the head. Nothing was written: configure an S3 bucket or split the "
+                "commit."
             )
         return prepared
 
     def _head_action(
-        self, session_id: str, expected_seq: int, token: str, prepared: list[_Prepared]
+        self, session_id: str, expected_seq: int, token: str, records: list[TaskRecord]
     ) -> TransactWriteItemTypeDef:
+        """The head's write: the seq guard, the new seq and token, and the manifest updated for
+        the task writes (documents are not in the manifest)."""
         new_seq = str(expected_seq + 1)
         if expected_seq == 0:
             live: dict[str, AttributeValueTypeDef] = {
-                p.record.id: {"N": new_seq} for p in prepared if p.record.live
+                r.id: {"N": new_seq} for r in records if r.live
             }
             return {
                 "Put": {
@@ -359,11 +513,11 @@ class DynamoDBStore:
         names = {"#seq": "seq", "#txn": "txn"}
         sets = ["#seq = :next", "#txn = :txn"]
         removes: list[str] = []
-        for n, p in enumerate(prepared):
+        for n, r in enumerate(records):
             # DynamoDB rejects unused placeholders, so "#live" only comes with a task write.
             names["#live"] = "live"
-            names[f"#t{n}"] = p.record.id
-            if p.record.live:
+            names[f"#t{n}"] = r.id
+            if r.live:
                 sets.append(f"#live.#t{n} = :next")
             else:
                 removes.append(f"#live.#t{n}")
@@ -384,8 +538,8 @@ class DynamoDBStore:
             }
         }
 
-    def _task_action(self, session_id: str, new_seq: int, p: _Prepared) -> TransactWriteItemTypeDef:
-        item = _task_item(session_id, p, new_seq, self.bucket)
+    def _put_action(self, session_id: str, new_seq: int, p: _Prepared) -> TransactWriteItemTypeDef:
+        item = _item(session_id, p, new_seq, self.bucket)
         return {"Put": {"TableName": self.table_name, "Item": item}}
 
     def _transact(
@@ -452,17 +606,21 @@ class DynamoDBStore:
                 return items
             request["ExclusiveStartKey"] = last
 
-    def _record_from_item(self, item: Item) -> TaskRecord:
+    def _read_body(self, item: Item, what: str) -> str | bytes:
+        """The JSON of a task or document item: inline, or from S3 with its digest checked."""
         if "body" in item:
-            return TaskRecord.from_json(item["body"]["S"])
+            return item["body"]["S"]
         bucket, key, sha = item["s3_bucket"]["S"], item["s3_key"]["S"], item["sha256"]["S"]
-        body = self._retrying("read offloaded record", lambda: self._get_object(bucket, key))
+        body = self._retrying(f"read offloaded {what}", lambda: self._get_object(bucket, key))
         if hashlib.sha256(body).hexdigest() != sha:
             raise StoreUnavailable(
-                f"offloaded record s3://{bucket}/{key} does not match its digest; it was "
+                f"offloaded {what} s3://{bucket}/{key} does not match its digest; it was "
                 "changed outside bide"
             )
-        return TaskRecord.from_json(body)
+        return body
+
+    def _doc_from_item(self, item: Item) -> Doc:
+        return Doc(_doc_key(item), json.loads(self._read_body(item, "document")))
 
     # --- S3 ---------------------------------------------------------------------------------
 
@@ -472,15 +630,15 @@ class DynamoDBStore:
             self._owns_clients.append(self._s3)
         return self._s3
 
-    def _put_object(self, session_id: str, p: _Prepared) -> None:
+    def _put_object(self, p: _Prepared) -> None:
         # Written before the transaction, so a committed reference never points at nothing.
         # The key is content-addressed: a commit that then fails leaves an unreferenced object
         # behind but never changes an object another commit references, so it is never
         # deleted here (a concurrent winner may have written the very same key).
         assert self.bucket is not None
-        bucket, key = self.bucket, _object_key(session_id, p)
+        bucket, key = self.bucket, p.object_key
         self._retrying(
-            "offload record",
+            f"offload {p.what}",
             lambda: self._s3_client().put_object(
                 Bucket=bucket, Key=key, Body=p.body, ContentType="application/json"
             ),
@@ -584,25 +742,40 @@ def _last_write_per_id(session_id: str, writes: Sequence[TaskRecord]) -> list[Ta
     return list(by_id.values())
 
 
-def _object_key(session_id: str, p: _Prepared) -> str:
-    return f"{session_id}/{p.record.id}/{p.record.rev}-{p.sha256}.json"
+def _last_write_per_key(docs: Sequence[Doc]) -> list[Doc]:
+    # As for records: one action per item, and the last write of a key is the one that stays.
+    by_key: dict[str, Doc] = {}
+    for doc in docs:
+        by_key.pop(doc.key, None)
+        by_key[doc.key] = doc
+    return list(by_key.values())
 
 
-def _task_item(
+def _dumps(body: Any) -> str:
+    # The same JSON as the SQLite store writes; NaN and infinities are not JSON.
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _fits_sort_key(sort_key: str) -> bool:
+    return len(sort_key.encode()) <= _SORT_KEY_LIMIT
+
+
+def _item(
     session_id: str, p: _Prepared, wseq: int, bucket: str | None
 ) -> dict[str, AttributeValueTypeDef]:
     item: dict[str, AttributeValueTypeDef] = {
         PARTITION_KEY: {"S": session_id},
-        SORT_KEY: {"S": _TASK_PREFIX + p.record.id},
+        SORT_KEY: {"S": p.sort_key},
         "wseq": {"N": str(wseq)},
-        "rev": {"N": str(p.record.rev)},
     }
-    if p.record.live:
-        item[LIVE_INDEX_KEY] = {"S": _LIVE_PREFIX + p.record.id}
+    if p.record is not None:
+        item["rev"] = {"N": str(p.record.rev)}
+        if p.record.live:
+            item[LIVE_INDEX_KEY] = {"S": _LIVE_PREFIX + p.record.id}
     if p.offload:
         assert bucket is not None
         item["s3_bucket"] = {"S": bucket}
-        item["s3_key"] = {"S": _object_key(session_id, p)}
+        item["s3_key"] = {"S": p.object_key}
         item["sha256"] = {"S": p.sha256}
     else:
         item["body"] = {"S": p.body.decode()}
@@ -611,18 +784,22 @@ def _task_item(
 
 def _item_size(session_id: str, p: _Prepared) -> int:
     if p.offload:
-        return 512 + 2 * len(session_id.encode()) + 3 * len(p.record.id.encode())
-    return _inline_item_size(session_id, p.record, p.body)
+        return 512 + 2 * len(session_id.encode()) + 2 * len(p.sort_key.encode()) + len(p.object_key)
+    return _inline_item_size(session_id, p)
 
 
-def _inline_item_size(session_id: str, record: TaskRecord, body: bytes) -> int:
+def _inline_item_size(session_id: str, p: _Prepared) -> int:
     # Attribute names plus values, as DynamoDB counts them, with the small attributes rounded
-    # up generously.
-    return len(body) + len(session_id.encode()) + 2 * len(record.id.encode()) + 64
+    # up generously (the sort key counted twice: a live task's index key repeats its id).
+    return len(p.body) + len(session_id.encode()) + 2 * len(p.sort_key.encode()) + 64
 
 
 def _task_id(item: Item) -> str:
     return item[SORT_KEY]["S"][len(_TASK_PREFIX) :]
+
+
+def _doc_key(item: Item) -> str:
+    return item[SORT_KEY]["S"][len(_DOC_PREFIX) :]
 
 
 def _manifest(head: Item) -> dict[str, int]:

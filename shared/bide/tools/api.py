@@ -146,3 +146,12 @@ class ToolExecutionApi:
     async def outcome(self, task_id: str) -> Outcome | None:
         """A task's outcome once terminal."""
         return await self._rt.outcome(task_id)
+
+    async def write(self, change: Any) -> Any:
+        """Commit documents, child tasks or signals (``change(tx)``) without parking; what
+        ``change`` returned. ``change`` may run more than once: keep it free of effects."""
+        return await self._rt.write(change)
+
+    def get_doc(self, key: str) -> Any:
+        """A committed document of this session (None when absent)."""
+        return self._rt.get_doc(key)

@@ -52,6 +52,7 @@ class ToolCallInput(BaseModel):
     name: str
     arguments: dict[str, Any] = {}
     call_id: str | None = None
+    conversation: str | None = None  # the transcript its result entry goes to
 
 
 def tool_task(registry: ToolRegistry) -> TaskDefinition:
@@ -334,9 +335,9 @@ async def _aborted(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
     result = await _finish_result(
         registry, task, rt, call, ToolResult.error(ToolErrorCode.ABORTED, reason)
     )
-    await rt.commit(
-        Terminal(outcome=Aborted(reason=task.abort_reason, result=result.model_dump(mode="json")))
-    )
+    payload = result.model_dump(mode="json")
+    end = Terminal(outcome=Aborted(reason=task.abort_reason, result=payload))
+    await rt.commit(_with_entry(task, call, result, end))
 
 
 async def _cancel(
@@ -391,4 +392,28 @@ async def _settle(
     result = await _finish_result(registry, task, rt, call, result)
     payload = result.model_dump(mode="json")
     outcome = Failed(error=payload) if failed else Completed(result=payload)
-    await rt.commit(Terminal(outcome=outcome))
+    await rt.commit(_with_entry(task, call, result, Terminal(outcome=outcome)))
+
+
+def _with_entry(task: TaskView, call: ToolCall, result: ToolResult, state: Terminal) -> Any:
+    """The result commit: for a call made in a conversation, the result entry is written
+    atomically with the call's end (design 001: "result entry + slot done")."""
+    conversation = _input(task).conversation
+    if conversation is None:
+        return state
+
+    def build(tx: Any) -> Terminal:
+        from ..agent.conversation import append_entry
+
+        entry = {
+            "type": "tool_result",
+            "call_id": call.call_id,
+            "name": call.name,
+            "text": result.text,
+            "is_error": result.is_error,
+            "code": result.code,
+        }
+        append_entry(tx, conversation, entry)
+        return state
+
+    return build

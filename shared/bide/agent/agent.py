@@ -1,0 +1,227 @@
+"""Agents and the host's view of conversations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..harness import Draft, Harness
+from ..signals import SignalResult, SignalToken
+from ..tasks import TaskDefinition
+from ..tools.registry import ToolRegistry
+from .conversation import (
+    ConversationError,
+    ConversationHead,
+    Notify,
+    Submission,
+    WhenBusy,
+    append_entry,
+    create_conversation,
+    read_head,
+    read_submission,
+    settle,
+    write_head,
+    write_submission,
+)
+from .generation import generation_task
+from .hooks import GenerationHooks
+from .providers.base import ModelProvider
+
+
+class Agent:
+    """A model provider, the tools it may call, a system prompt and generation hooks.
+
+    ``agent.task`` is the generation task kind; :meth:`task_kinds` lists every kind a
+    harness needs to run this agent's sessions.
+    """
+
+    def __init__(
+        self,
+        provider: ModelProvider,
+        tools: ToolRegistry | None = None,
+        *,
+        system: str | None = None,
+        hooks: Iterable[GenerationHooks] = (),
+        hook_tasks: Iterable[TaskDefinition] = (),
+        max_attempts: int = 6,
+        backoff_base: float = 2.0,
+        backoff_cap: float = 300.0,
+    ) -> None:
+        self.provider = provider
+        self.tools = tools if tools is not None else ToolRegistry()
+        self.system = system
+        self.hooks = list(hooks)
+        self.hook_tasks = list(hook_tasks)
+        self.max_attempts = max_attempts
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.task = generation_task(self)
+
+    def task_kinds(self) -> list[TaskDefinition]:
+        """The generation, the tool task and the hook task kinds."""
+        return [self.task, self.tools.task, *self.hook_tasks]
+
+
+def start_run(agent: Agent, tx: Any, cid: str, submission: Submission) -> str:
+    """Place ``submission`` and start a generation for it (in ``tx``'s commit)."""
+    head = read_head(tx, cid)
+    append_entry(
+        tx,
+        cid,
+        {
+            "type": "user",
+            "text": submission.content,
+            "submission": submission.id,
+            "source": submission.source,
+        },
+    )
+    write_submission(tx, submission.model_copy(update={"status": "placed"}))
+    head = read_head(tx, cid)
+    run_no = head.entries  # unique per run: the entry index of its first input
+    generation: str = tx.create_task(
+        agent.task, {"conversation": cid}, key=f"gen:{cid}:{run_no}", owner=head.owner_task
+    )
+    write_head(tx, head.model_copy(update={"run": generation, "run_submissions": [submission.id]}))
+    return generation
+
+
+def submit_in(
+    agent: Agent,
+    tx: Any,
+    cid: str,
+    content: str,
+    *,
+    request_id: str,
+    when_busy: WhenBusy = "follow_up",
+    notify: Notify | None = None,
+    source: str = "user",
+) -> Submission:
+    """Submit input inside a commit: deduplicated by ``request_id``; placed at once when the
+    conversation is idle; otherwise queued (``steer``: at the next boundary of the running
+    run; ``follow_up``: after it) or refused (``reject`` -> ``unanswered``)."""
+    if not isinstance(content, str) or not content:
+        raise ConversationError("content must be a non-empty string")
+    existing = read_submission(tx, cid, request_id)
+    if existing is not None:
+        return existing
+    head = read_head(tx, cid)
+    submission = Submission(
+        id=request_id,
+        conversation=cid,
+        content=content,
+        when_busy=when_busy,
+        notify=notify,
+        source=source,
+        created_at=tx.now(),
+    )
+    if head.run is None:
+        start_run(agent, tx, cid, submission)
+        return submission.model_copy(update={"status": "placed"})
+    if when_busy == "reject":
+        settle(tx, submission, "unanswered", error="the conversation is busy")
+        return submission.model_copy(update={"status": "unanswered"})
+    write_submission(tx, submission)
+    write_head(tx, head.model_copy(update={"queue": [*head.queue, request_id]}))
+    return submission
+
+
+class _HostTx:
+    """The transaction interface for host commands (no committing task)."""
+
+    def __init__(self, harness: Harness, draft: Draft) -> None:
+        self._h = harness
+        self._d = draft
+        self.task_id: str | None = None
+        self.session_id = harness.session_id
+
+    def now(self) -> float:
+        return self._h.clock.now()
+
+    def get_doc(self, key: str) -> Any:
+        return self._d.get_doc(key)
+
+    def put_doc(self, key: str, body: Any) -> None:
+        self._d.put_doc(key, body)
+
+    def list_docs(self, prefix: str) -> list[tuple[str, Any]]:
+        found = {d.key: d.body for d in self._h.list_docs(prefix)}
+        found.update({k: v for k, v in self._d.docs.items() if k.startswith(prefix)})
+        return sorted(found.items())
+
+    def signal(self, task_id: str, token: SignalToken[Any], key: str, value: Any) -> SignalResult:
+        from ..rules import decide_signal
+
+        decision = decide_signal(self._d.find(task_id), token, key, value, self.now())
+        if decision.record is not None:
+            self._d.put(decision.record)
+        return decision.result
+
+    def create_task(
+        self,
+        kind: TaskDefinition,
+        input: Any = None,
+        *,
+        key: str | None = None,
+        background: bool = False,
+        owner: str | None = None,
+    ) -> str:
+        return self._h.new_task(self._d, kind, input, key=key, owner=owner, background=background)
+
+
+class Conversations:
+    """The host's commands on an agent's conversations in one session's harness."""
+
+    def __init__(self, harness: Harness, agent: Agent) -> None:
+        self.harness = harness
+        self.agent = agent
+        for kind in agent.task_kinds():
+            if harness._defs.get((kind.name, kind.version)) is not kind:
+                harness.register(kind)
+
+    async def create(self, cid: str | None = None, *, system: str | None = None) -> str:
+        """Create a conversation (idempotent by id); its id."""
+        conversation_id = cid or self.harness.ids.new_id("c-")
+        self.harness._apply(
+            lambda d: create_conversation(_HostTx(self.harness, d), conversation_id, system=system)
+        )
+        return conversation_id
+
+    async def submit(
+        self,
+        cid: str,
+        content: str,
+        *,
+        request_id: str | None = None,
+        when_busy: WhenBusy = "follow_up",
+    ) -> Submission:
+        """Submit user input (see :func:`submit_in`)."""
+        rid = request_id or self.harness.ids.new_id("r-")
+        return self.harness._apply(
+            lambda d: submit_in(
+                self.agent,
+                _HostTx(self.harness, d),
+                cid,
+                content,
+                request_id=rid,
+                when_busy=when_busy,
+            )
+        )
+
+    async def stop(self, cid: str, reason: str = "stopped") -> bool:
+        """Stop: abort the running generation and with it its tool calls and subagents."""
+        head = self.head(cid)
+        if head.run is None:
+            return False
+        return await self.harness.abort(head.run, reason)
+
+    def head(self, cid: str) -> ConversationHead:
+        """The conversation's head document."""
+        return read_head(self.harness, cid)
+
+    def entries(self, cid: str) -> list[dict[str, Any]]:
+        """The transcript."""
+        return [doc.body for doc in self.harness.list_docs(f"conv/{cid}/e/")]
+
+    def submission(self, cid: str, request_id: str) -> Submission | None:
+        """A submission by request id."""
+        return read_submission(self.harness, cid, request_id)

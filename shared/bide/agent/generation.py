@@ -1,0 +1,379 @@
+"""The generation task: one run of an agent, from placed input to a final answer.
+
+Checkpoints:
+
+* ``{"phase": "request", "attempt": n}``: place steers, ask the model. Tool calls -> create
+  tool tasks (owned) and wait ``all_settled`` at ``round``. A final answer -> ``on_yield``.
+  A retryable model error parks on time (backoff), never sleeps in memory.
+* ``{"phase": "round", "assistant": i}``: the tools settled (their result entries are
+  written by the tool tasks themselves); ``after_tools`` may start tasks (``after_tools``).
+* ``{"phase": "after_tools", "assistant": i}``: hook tasks ended; one that completed with
+  ``{"terminate": true}`` ends the run with the tool-calling answer.
+* ``{"phase": "yield", "answer": i}``: ``on_yield`` tasks ended; queued user input wins,
+  else the first ``{"continue": input}`` (creation order) sends the agent back to work.
+* ``{"phase": "after_run", "answer": i}``: the answer stands and submissions are settled;
+  waits for ``after_run`` tasks, then ends.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..state import Completed, Failed, Running, Sleeping, Terminal, Waiting
+from ..tasks import TaskDefinition, TaskView, define_task
+from .conversation import (
+    append_entry,
+    entry_key,
+    read_head,
+    read_submission,
+    settle,
+    write_head,
+)
+from .hooks import Continue, StartTasks
+from .providers.base import (
+    AssistantMessage,
+    Message,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+)
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+    from .agent import Agent
+
+GENERATION_TASK = "bide.generation"
+
+
+def generation_task(agent: Agent) -> TaskDefinition:
+    """The task kind that runs ``agent``'s generations."""
+
+    async def request(task: TaskView, rt: Any) -> None:
+        await _request(agent, task, rt)
+
+    async def round_(task: TaskView, rt: Any) -> None:
+        await _round(agent, task, rt)
+
+    async def after_tools(task: TaskView, rt: Any) -> None:
+        await _after_tools(agent, task, rt)
+
+    async def yield_(task: TaskView, rt: Any) -> None:
+        await _yield(agent, task, rt)
+
+    async def after_run(task: TaskView, rt: Any) -> None:
+        await rt.commit(Terminal(outcome=Completed(result=task.checkpoint.get("result"))))
+
+    async def abort(task: TaskView, rt: Any) -> None:
+        await _aborted(agent, task, rt)
+
+    return define_task(
+        GENERATION_TASK,
+        1,
+        lambda _input: {"phase": "request", "attempt": 0},
+        {
+            "request": request,
+            "round": round_,
+            "after_tools": after_tools,
+            "yield": yield_,
+            "after_run": after_run,
+        },
+        abort=abort,
+    )
+
+
+def entries(rt: Any, cid: str) -> list[dict[str, Any]]:
+    """The transcript, in order."""
+    return [body for _key, body in rt.list_docs(f"conv/{cid}/e/")]
+
+
+def build_request(agent: Agent, rt: Any, cid: str) -> ModelRequest:
+    """The model request for the conversation as it stands."""
+    head = read_head(rt, cid)
+    messages: list[Message] = []
+    for entry in entries(rt, cid):
+        if entry["type"] == "user":
+            messages.append(UserMessage(text=entry["text"]))
+        elif entry["type"] == "assistant":
+            messages.append(
+                AssistantMessage(text=entry.get("text", ""), tool_calls=entry.get("tool_calls", []))
+            )
+        elif entry["type"] == "tool_result":
+            messages.append(
+                ToolResultMessage(
+                    call_id=entry["call_id"], text=entry["text"], is_error=entry["is_error"]
+                )
+            )
+    tools = [
+        ToolSpec(name=t["name"], description=t["description"], parameters=t["parameters"])
+        for t in agent.tools.manifest()
+    ]
+    return ModelRequest(
+        system=head.system or agent.system, messages=tuple(messages), tools=tuple(tools)
+    )
+
+
+def _place_steers(tx: Any, cid: str) -> int:
+    """At a run boundary, place queued steers into the running run. How many were placed."""
+    head = read_head(tx, cid)
+    placed = 0
+    keep: list[str] = []
+    for rid in head.queue:
+        sub = read_submission(tx, cid, rid)
+        if sub is not None and sub.when_busy == "steer":
+            append_entry(
+                tx,
+                cid,
+                {"type": "user", "text": sub.content, "submission": rid, "source": sub.source},
+            )
+            from .conversation import write_submission
+
+            write_submission(tx, sub.model_copy(update={"status": "placed"}))
+            head = read_head(tx, cid)
+            head = head.model_copy(update={"run_submissions": [*head.run_submissions, rid]})
+            write_head(tx, head)
+            placed += 1
+        else:
+            keep.append(rid)
+    head = read_head(tx, cid)
+    write_head(tx, head.model_copy(update={"queue": keep}))
+    return placed
+
+
+async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
+    cid = task.input["conversation"]
+    attempt = int(task.checkpoint.get("attempt", 0))
+    request = build_request(agent, rt, cid)
+    try:
+        response = await agent.provider.complete(request)
+    except ModelError as exc:
+        if exc.retryable and attempt + 1 < agent.max_attempts:
+            delay = min(agent.backoff_cap, agent.backoff_base * 2**attempt)
+            checkpoint = {"phase": "request", "attempt": attempt + 1}
+            await rt.commit(Sleeping(checkpoint=checkpoint, until=rt.now() + delay))
+            return
+        await _end_with_error(agent, rt, cid, f"{exc.code}: {exc}")
+        return
+    if response.tool_calls:
+        await _start_round(agent, rt, cid, response)
+        return
+    await _answer(agent, task, rt, cid, response)
+
+
+async def _start_round(agent: Agent, rt: Runtime, cid: str, response: ModelResponse) -> None:
+    def build(tx: Any) -> Waiting:
+        index = append_entry(tx, cid, _assistant_entry(response))
+        calls = [
+            tx.create_task(
+                agent.tools.task,
+                {"name": c.name, "arguments": c.arguments, "call_id": c.id, "conversation": cid},
+                key=f"call:{c.id}",
+            )
+            for c in response.tool_calls
+        ]
+        return Waiting(checkpoint={"phase": "round", "assistant": index}, on=tuple(calls))
+
+    await rt.commit(build)
+
+
+def _assistant_entry(response: ModelResponse) -> dict[str, Any]:
+    return {
+        "type": "assistant",
+        "text": response.text,
+        "tool_calls": [c.model_dump(mode="json") for c in response.tool_calls],
+        "stop_reason": response.stop_reason,
+    }
+
+
+async def _answer(
+    agent: Agent, task: TaskView, rt: Runtime, cid: str, response: ModelResponse
+) -> None:
+    entry = _assistant_entry(response)
+    decision: Continue | StartTasks | None = None
+    for hooks in agent.hooks:
+        if hooks.on_yield is not None:
+            decision = await hooks.on_yield(entry, rt)
+            if decision is not None:
+                break
+
+    def build(tx: Any) -> Any:
+        index = append_entry(tx, cid, entry)
+        if _place_steers(tx, cid):
+            return Running(checkpoint={"phase": "request", "attempt": 0})
+        if isinstance(decision, Continue):
+            append_entry(tx, cid, {"type": "user", "text": decision.input, "source": "on_yield"})
+            return Running(checkpoint={"phase": "request", "attempt": 0})
+        if isinstance(decision, StartTasks) and decision.tasks:
+            ids = [
+                tx.create_task(h.task, h.input, key=f"yield:{index}:{n}")
+                for n, h in enumerate(decision.tasks)
+            ]
+            return Waiting(checkpoint={"phase": "yield", "answer": index}, on=tuple(ids))
+        return None
+
+    state = await _commit_or_none(rt, build)
+    if state is None:
+        await _finish(agent, rt, cid, answer_index=read_head(rt, cid).entries)
+
+
+async def _commit_or_none(rt: Runtime, build: Any) -> Any:
+    """Commit ``build``'s state when it returns one; report what it returned."""
+    box: list[Any] = []
+
+    def wrapped(tx: Any) -> Any:
+        box.clear()
+        box.append(build(tx))
+        return box[0]
+
+    await rt.commit(wrapped)
+    return box[0]
+
+
+async def _round(agent: Agent, task: TaskView, rt: Runtime) -> None:
+    cid = task.input["conversation"]
+    index = task.checkpoint["assistant"]
+    assistant = rt.get_doc(entry_key(cid, index))
+    results = [e for e in entries(rt, cid)[index:] if e["type"] == "tool_result"]
+    for hooks in agent.hooks:
+        if hooks.after_tools is None:
+            continue
+        answer = await hooks.after_tools(assistant, results, rt)
+        if isinstance(answer, StartTasks) and answer.tasks:
+            tasks = answer.tasks
+
+            def start(tx: Any, tasks: Any = tasks) -> Waiting:
+                ids = [
+                    tx.create_task(h.task, h.input, key=f"after_tools:{index}:{n}")
+                    for n, h in enumerate(tasks)
+                ]
+                return Waiting(
+                    checkpoint={"phase": "after_tools", "assistant": index}, on=tuple(ids)
+                )
+
+            await rt.commit(start)
+            return
+    await _next_request(rt, cid)
+
+
+async def _next_request(rt: Runtime, cid: str) -> None:
+    def build(tx: Any) -> Running:
+        _place_steers(tx, cid)
+        return Running(checkpoint={"phase": "request", "attempt": 0})
+
+    await rt.commit(build)
+
+
+async def _after_tools(agent: Agent, task: TaskView, rt: Runtime) -> None:
+    cid = task.input["conversation"]
+    for task_id in task.wake.ended if task.wake is not None and task.wake.reason == "tasks" else ():
+        outcome = await rt.outcome(task_id)
+        result = getattr(outcome, "result", None)
+        if isinstance(result, dict) and result.get("terminate"):
+            await _finish(agent, rt, cid, answer_index=task.checkpoint["assistant"])
+            return
+    await _next_request(rt, cid)
+
+
+async def _yield(agent: Agent, task: TaskView, rt: Runtime) -> None:
+    cid = task.input["conversation"]
+    index = task.checkpoint["answer"]
+    continue_with: str | None = None
+    for task_id in task.wake.ended if task.wake is not None and task.wake.reason == "tasks" else ():
+        outcome = await rt.outcome(task_id)
+        result = getattr(outcome, "result", None)
+        if isinstance(result, dict) and isinstance(result.get("continue"), str):
+            continue_with = result["continue"]
+            break
+
+    def build(tx: Any) -> Any:
+        if _place_steers(tx, cid):  # a user's message wins over a hook's continue
+            return Running(checkpoint={"phase": "request", "attempt": 0})
+        if continue_with is not None:
+            append_entry(tx, cid, {"type": "user", "text": continue_with, "source": "on_yield"})
+            return Running(checkpoint={"phase": "request", "attempt": 0})
+        return None
+
+    if await _commit_or_none(rt, build) is None:
+        await _finish(agent, rt, cid, answer_index=index)
+
+
+async def _finish(agent: Agent, rt: Runtime, cid: str, *, answer_index: int) -> None:
+    """The answer stands: settle the run's submissions, start queued follow-ups, run
+    ``after_run`` hooks."""
+    answer = rt.get_doc(entry_key(cid, answer_index)) or {}
+    started: list[Any] = []
+    for hooks in agent.hooks:
+        if hooks.after_run is not None:
+            decision = await hooks.after_run(answer, rt)
+            if isinstance(decision, StartTasks):
+                started.extend(decision.tasks)
+    result = {"answer": answer.get("text", ""), "answer_entry": answer_index}
+
+    def build(tx: Any) -> Any:
+        head = read_head(tx, cid)
+        for rid in head.run_submissions:
+            sub = read_submission(tx, cid, rid)
+            if sub is not None:
+                settle(tx, sub, "done", answer=result["answer"], answer_entry=answer_index)
+        _release(agent, tx, cid)
+        if started:
+            ids = [
+                tx.create_task(h.task, h.input, key=f"after_run:{answer_index}:{n}")
+                for n, h in enumerate(started)
+            ]
+            return Waiting(checkpoint={"phase": "after_run", "result": result}, on=tuple(ids))
+        return Terminal(outcome=Completed(result=result))
+
+    await rt.commit(build)
+
+
+def _release(agent: Agent, tx: Any, cid: str) -> None:
+    """The run is over: free the conversation and start the next queued input, if any."""
+    from .agent import start_run
+
+    head = read_head(tx, cid)
+    head = head.model_copy(update={"run": None, "run_submissions": []})
+    write_head(tx, head)
+    if head.queue:
+        first, *rest = head.queue
+        write_head(tx, head.model_copy(update={"queue": rest}))
+        sub = read_submission(tx, cid, first)
+        if sub is not None:
+            start_run(agent, tx, cid, sub)
+
+
+async def _end_with_error(agent: Agent, rt: Runtime, cid: str, error: str) -> None:
+    def build(tx: Any) -> Terminal:
+        head = read_head(tx, cid)
+        for rid in head.run_submissions:
+            sub = read_submission(tx, cid, rid)
+            if sub is not None:
+                settle(tx, sub, "unanswered", error=error)
+        append_entry(tx, cid, {"type": "error", "text": error})
+        _release(agent, tx, cid)
+        return Terminal(outcome=Failed(error=error))
+
+    await rt.commit(build)
+
+
+async def _aborted(agent: Agent, task: TaskView, rt: Runtime) -> None:
+    cid = task.input["conversation"]
+    reason = task.abort_reason or "stopped"
+
+    def build(tx: Any) -> Terminal:
+        from ..state import Aborted
+
+        head = read_head(tx, cid)
+        if head.run == task.id:
+            for rid in [*head.run_submissions, *head.queue]:
+                sub = read_submission(tx, cid, rid)
+                if sub is not None and sub.status in ("queued", "placed"):
+                    settle(tx, sub, "unanswered", error=reason)
+            write_head(
+                tx, head.model_copy(update={"run": None, "run_submissions": [], "queue": []})
+            )
+        return Terminal(outcome=Aborted(reason=reason))
+
+    await rt.commit(build)
