@@ -1,4 +1,4 @@
-"""Crash sweep over examples 40-44: the process dies at every store write, before and after
+"""Crash sweep over examples 40-46: the process dies at every store write, before and after
 the write took effect, and the scenario continues in a new process on the same store.
 
 After recovery: the example's own checks hold (external effects exactly once, replay-unsafe
@@ -23,7 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 from scenario_kit import World, run_resilient  # noqa: E402
 
-SWEPT = ["40_tool_waits_for_webhook", "41_tool_polls", "42_parallel_children", "44_approval_gate"]
+SWEPT = [
+    "40_tool_waits_for_webhook",
+    "41_tool_polls",
+    "42_parallel_children",
+    "43_subagent_waits",
+    "44_approval_gate",
+    "45_review_on_yield",
+    "46_after_tools_terminate",
+]
 
 
 def load(name: str):

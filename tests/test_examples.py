@@ -76,6 +76,23 @@ KEY_LINES: dict[str, list[str]] = {
         "gate log: quiet-hours asked at 23.50h",
         "ok: approved at 23:30, ran at 08:00",
     ],
+    "43_subagent_waits.py": [
+        "subagent call: sleeping",
+        "child's ask_person call: sleeping",
+        "wake(): active=False, at=None  (no alarm: parked on signals)",
+        "parent's answer: 'Done: The designer chose teal.' (done)",
+    ],
+    "45_review_on_yield.py": [
+        "user: A reviewer found problems: add tests",
+        "assistant: Here is the function, now with tests.",
+        "user: Never mind, ship it",
+        "ok: continue sent the agent back; a user message won over the reviewer",
+    ],
+    "46_after_tools_terminate.py": [
+        "the supervisor says 'go on' -> delivered",
+        "user: go on",
+        "the run ended: done, answer 'Working on step 2'",
+    ],
 }
 
 

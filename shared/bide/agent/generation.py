@@ -137,8 +137,9 @@ def _place_steers(tx: Any, cid: str) -> int:
             placed += 1
         else:
             keep.append(rid)
-    head = read_head(tx, cid)
-    write_head(tx, head.model_copy(update={"queue": keep}))
+    if placed:
+        head = read_head(tx, cid)
+        write_head(tx, head.model_copy(update={"queue": keep}))
     return placed
 
 
@@ -197,7 +198,10 @@ async def _answer(
             decision = await hooks.on_yield(entry, rt)
             if decision is not None:
                 break
+    after_run = await _after_run_tasks(agent, rt, entry)
 
+    # One commit: the answer entry together with what follows from it, so a crash can never
+    # leave an answer recorded while the run still looks unanswered.
     def build(tx: Any) -> Any:
         index = append_entry(tx, cid, entry)
         if _place_steers(tx, cid):
@@ -211,24 +215,9 @@ async def _answer(
                 for n, h in enumerate(decision.tasks)
             ]
             return Waiting(checkpoint={"phase": "yield", "answer": index}, on=tuple(ids))
-        return None
+        return _finish_in(agent, tx, cid, index, after_run)
 
-    state = await _commit_or_none(rt, build)
-    if state is None:
-        await _finish(agent, rt, cid, answer_index=read_head(rt, cid).entries)
-
-
-async def _commit_or_none(rt: Runtime, build: Any) -> Any:
-    """Commit ``build``'s state when it returns one; report what it returned."""
-    box: list[Any] = []
-
-    def wrapped(tx: Any) -> Any:
-        box.clear()
-        box.append(build(tx))
-        return box[0]
-
-    await rt.commit(wrapped)
-    return box[0]
+    await rt.commit(build)
 
 
 async def _round(agent: Agent, task: TaskView, rt: Runtime) -> None:
@@ -287,46 +276,55 @@ async def _yield(agent: Agent, task: TaskView, rt: Runtime) -> None:
             continue_with = result["continue"]
             break
 
+    answer = rt.get_doc(entry_key(cid, index)) or {}
+    after_run = await _after_run_tasks(agent, rt, answer)
+
     def build(tx: Any) -> Any:
         if _place_steers(tx, cid):  # a user's message wins over a hook's continue
             return Running(checkpoint={"phase": "request", "attempt": 0})
         if continue_with is not None:
             append_entry(tx, cid, {"type": "user", "text": continue_with, "source": "on_yield"})
             return Running(checkpoint={"phase": "request", "attempt": 0})
-        return None
+        return _finish_in(agent, tx, cid, index, after_run)
 
-    if await _commit_or_none(rt, build) is None:
-        await _finish(agent, rt, cid, answer_index=index)
+    await rt.commit(build)
 
 
-async def _finish(agent: Agent, rt: Runtime, cid: str, *, answer_index: int) -> None:
-    """The answer stands: settle the run's submissions, start queued follow-ups, run
-    ``after_run`` hooks."""
-    answer = rt.get_doc(entry_key(cid, answer_index)) or {}
+async def _after_run_tasks(agent: Agent, rt: Runtime, answer: dict[str, Any]) -> list[Any]:
     started: list[Any] = []
     for hooks in agent.hooks:
         if hooks.after_run is not None:
             decision = await hooks.after_run(answer, rt)
             if isinstance(decision, StartTasks):
                 started.extend(decision.tasks)
+    return started
+
+
+async def _finish(agent: Agent, rt: Runtime, cid: str, *, answer_index: int) -> None:
+    """The answer (already in the transcript) stands."""
+    answer = rt.get_doc(entry_key(cid, answer_index)) or {}
+    started = await _after_run_tasks(agent, rt, answer)
+    await rt.commit(lambda tx: _finish_in(agent, tx, cid, answer_index, started))
+
+
+def _finish_in(agent: Agent, tx: Any, cid: str, answer_index: int, started: list[Any]) -> Any:
+    """Settle the run's submissions (delivering their notify signals), start queued
+    follow-ups, and start ``after_run`` tasks; the generation's next state."""
+    answer = tx.get_doc(entry_key(cid, answer_index)) or {}
     result = {"answer": answer.get("text", ""), "answer_entry": answer_index}
-
-    def build(tx: Any) -> Any:
-        head = read_head(tx, cid)
-        for rid in head.run_submissions:
-            sub = read_submission(tx, cid, rid)
-            if sub is not None:
-                settle(tx, sub, "done", answer=result["answer"], answer_entry=answer_index)
-        _release(agent, tx, cid)
-        if started:
-            ids = [
-                tx.create_task(h.task, h.input, key=f"after_run:{answer_index}:{n}")
-                for n, h in enumerate(started)
-            ]
-            return Waiting(checkpoint={"phase": "after_run", "result": result}, on=tuple(ids))
-        return Terminal(outcome=Completed(result=result))
-
-    await rt.commit(build)
+    head = read_head(tx, cid)
+    for rid in head.run_submissions:
+        sub = read_submission(tx, cid, rid)
+        if sub is not None:
+            settle(tx, sub, "done", answer=result["answer"], answer_entry=answer_index)
+    _release(agent, tx, cid)
+    if started:
+        ids = [
+            tx.create_task(h.task, h.input, key=f"after_run:{answer_index}:{n}")
+            for n, h in enumerate(started)
+        ]
+        return Waiting(checkpoint={"phase": "after_run", "result": result}, on=tuple(ids))
+    return Terminal(outcome=Completed(result=result))
 
 
 def _release(agent: Agent, tx: Any, cid: str) -> None:
