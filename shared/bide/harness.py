@@ -111,8 +111,11 @@ class Harness:
         clock: Clock | None = None,
         ids: IdSource | None = None,
         restart_limit: int = DEFAULT_RESTART_LIMIT,
+        services: dict[str, Any] | None = None,
     ) -> None:
         self.store = store
+        self.services: dict[str, Any] = dict(services or {})
+        """Host-provided values code may need (e.g. ``webhook_base_url``)."""
         self.session_id = session_id
         self.clock: Clock = clock or SystemClock()
         self.ids: IdSource = ids or RandomIds()

@@ -66,6 +66,15 @@ class Runtime:
         """The harness clock."""
         return self._h.clock.now()
 
+    def new_id(self, prefix: str = "") -> str:
+        """A fresh id from the harness's id source (128 random bits in production)."""
+        return self._h.ids.new_id(prefix)
+
+    @property
+    def services(self) -> dict[str, Any]:
+        """Values the host provided (e.g. ``webhook_base_url``)."""
+        return self._h.services
+
     async def commit(self, state: StateOrBuilder) -> None:
         """Write the task's new state atomically with what the builder adds through ``tx``."""
 

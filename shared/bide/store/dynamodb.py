@@ -312,8 +312,9 @@ class DynamoDBStore:
         :data:`~bide.store.base.MAX_COMMIT_ITEMS` (99) items together, or a record, a document
         or the whole transaction cannot fit DynamoDB even after offloading. When one record id
         or one document key appears several times, the last one wins. Raises ValueError for a
-        record of another session, an empty task id, a document key longer than 1022 bytes of
-        UTF-8 (a DynamoDB sort key holds 1024) or a document body that is not JSON.
+        record of another session, an empty task id or a document key longer than 1022 bytes
+        of UTF-8 (a DynamoDB sort key holds 1024), and TypeError or ValueError for a document
+        body that is not JSON; nothing is written then either.
         """
         self._check_open()
         if expected_seq < 0:

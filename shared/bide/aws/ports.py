@@ -1,0 +1,30 @@
+"""The ports a host needs to keep sessions moving: alarms and the wake queue.
+
+The worker acts on ``wake()`` through them: ``active`` -> :meth:`WakeQueue.wake` at once;
+``at`` -> :meth:`Alarms.arm`; neither -> :meth:`Alarms.disarm` (a session parked only on
+signals has no alarm at all).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Alarms(Protocol):
+    """One alarm per session: arming replaces the previous one."""
+
+    def arm(self, session_id: str, at: float) -> None:
+        """Make sure the session is woken at ``at`` (seconds since the epoch)."""
+        ...
+
+    def disarm(self, session_id: str) -> None:
+        """Remove the session's alarm, if any."""
+        ...
+
+
+class WakeQueue(Protocol):
+    """Wakes a session as soon as possible, one worker per session at a time."""
+
+    def wake(self, session_id: str, reason: str) -> None:
+        """Ask for a worker run of the session."""
+        ...

@@ -1,0 +1,31 @@
+"""What the host services need, wired once per process: store, alarms, wake queue, the app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..app import App
+from ..aws.ports import Alarms, WakeQueue
+from ..clock import Clock, SystemClock
+from ..ids import IdSource, RandomIds
+from ..store.base import Store
+
+
+@dataclass
+class Deps:
+    """Everything a handler needs. Built from configuration by the function (AWS) or the
+    local stack; tests build it directly."""
+
+    store: Store
+    alarms: Alarms
+    queue: WakeQueue
+    app: App
+    clock: Clock = field(default_factory=SystemClock)
+    ids: IdSource = field(default_factory=RandomIds)
+    webhook_base_url: str = "http://127.0.0.1:8787"
+    services: dict[str, Any] = field(default_factory=dict)
+
+    def harness_services(self) -> dict[str, Any]:
+        """What tasks may read through ``rt.services``."""
+        return {"webhook_base_url": self.webhook_base_url, **self.services}

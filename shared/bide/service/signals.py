@@ -1,0 +1,74 @@
+"""Signal delivery for hosts: by task id (an authenticated API) or by capability webhook."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..aws.constants import MAX_WEBHOOK_BODY_BYTES
+from ..delivery import deliver_signal
+from ..errors import DefinitionError
+from ..rules import SignalDecision
+from ..signals import SignalResult
+from .deps import Deps
+from .webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token, verify
+
+# What each result means to an HTTP caller.
+STATUS_OF: dict[SignalResult, int] = {
+    SignalResult.DELIVERED: 202,
+    SignalResult.DUPLICATE: 200,
+    SignalResult.INVALID: 422,
+    SignalResult.CLOSED: 410,
+    SignalResult.NOT_FOUND: 404,
+}
+
+
+def deliver(
+    deps: Deps, session_id: str, task_id: str, signal: str, key: str, value: Any
+) -> SignalDecision:
+    """Arm, then deliver (design 001 ch. XI: a crash in between never strands a session).
+    Raises :class:`DefinitionError` when the app has no signal by that name."""
+    token = deps.app.signal_token(signal)
+    deps.queue.wake(session_id, "signal")
+    return deliver_signal(deps.store, session_id, task_id, token, key, value, deps.clock)
+
+
+def parse_json_body(body: bytes, content_type: str | None) -> Any:
+    """A JSON body, or a :class:`WebhookRejected` saying why not (nothing is stored)."""
+    if len(body) > MAX_WEBHOOK_BODY_BYTES:
+        raise WebhookRejected(
+            413, f"body is {len(body)} bytes; the limit is {MAX_WEBHOOK_BODY_BYTES}"
+        )
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise WebhookRejected(
+            415, f"content type must be application/json, not {media or 'none'!r}"
+        )
+    try:
+        return json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WebhookRejected(400, f"body is not valid JSON: {exc}") from None
+
+
+def deliver_webhook(
+    deps: Deps, token: str, headers: dict[str, str], body: bytes
+) -> tuple[SignalDecision, WebhookBinding]:
+    """Check a webhook request and deliver its body. Raises :class:`WebhookRejected` for an
+    unknown token, a bad signature, an oversized, mistyped or malformed body."""
+    session_id, secret = parse_token(token)
+    found = deps.store.get_doc(session_id, binding_key(secret))
+    if found is None:
+        raise WebhookRejected(404, "unknown webhook")
+    binding = WebhookBinding.model_validate(found.body)
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if len(body) > MAX_WEBHOOK_BODY_BYTES:  # before any work on it
+        raise WebhookRejected(
+            413, f"body is {len(body)} bytes; the limit is {MAX_WEBHOOK_BODY_BYTES}"
+        )
+    verify(binding, lowered, body, deps.clock.now())
+    value = parse_json_body(body, lowered.get("content-type"))
+    try:
+        decision = deliver(deps, session_id, binding.task_id, binding.signal, binding.key, value)
+    except DefinitionError:
+        raise WebhookRejected(404, f"signal {binding.signal!r} is not deliverable here") from None
+    return decision, binding
