@@ -24,18 +24,25 @@ class App:
     tasks: list[TaskDefinition] = field(default_factory=list)
     signals: list[SignalToken[Any]] = field(default_factory=list)
     tools: ToolRegistry | None = None
+    agent: Any = None  # a bide.agent.Agent: the agent of every session's main conversation
     extras: dict[str, Any] = field(default_factory=dict)
 
     def task_kinds(self) -> list[TaskDefinition]:
         """Every kind a worker must be able to run (the tool task included)."""
         kinds = list(self.tasks)
-        if self.tools is not None and self.tools.task not in kinds:
-            kinds.append(self.tools.task)
+        extra = [] if self.agent is None else self.agent.task_kinds()
+        if self.tools is not None:
+            extra.append(self.tools.task)
+        for kind in extra:
+            if kind not in kinds:
+                kinds.append(kind)
         return kinds
 
     def signal_token(self, name: str) -> SignalToken[Any]:
         """The token deliverable under ``name``; raises :class:`DefinitionError` if none."""
-        for token in self.signals:
+        from .agent.conversation import SUBMISSION_SETTLED
+
+        for token in [*self.signals, SUBMISSION_SETTLED]:
             if token.name == name:
                 return token
         raise DefinitionError(f"no signal named {name!r} is deliverable in this app")

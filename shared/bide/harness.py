@@ -168,6 +168,14 @@ class Harness:
 
         self._apply(recover)
 
+    async def attach(self) -> None:
+        """Load the session to send commands (submit, signal, abort) without running it: unlike
+        :meth:`open`, tasks another worker is running are left alone."""
+        if self._closed:
+            raise HarnessClosed("this harness was closed; create a new one")
+        self._reload()
+        self._opened = True
+
     async def close(self) -> None:
         """Stop running work. Running tasks go back to ``pending`` (no restart counted), so a
         later ``open()`` continues them. The store stays open (it is the caller's)."""
