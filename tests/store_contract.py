@@ -476,3 +476,13 @@ class StoreContract:
         assert store.head(s) == 0 and store.list_docs(s, "d/") == []
         store.commit(s, 0, tasks, docs[:-1])  # exactly at the limit is fine
         assert len(store.list_docs(s, "d/")) == MAX_COMMIT_ITEMS - 50
+
+    def test_document_limits(self, store: Store) -> None:
+        s = new_session()
+        store.commit(s, 0, [], [Doc("d/1", 1), Doc("d/2", 2)])
+        assert store.list_docs(s, "d/", limit=0) == []
+        with pytest.raises(ValueError):
+            store.list_docs(s, "d/", limit=-1)
+        with pytest.raises(ValueError):
+            store.commit(s, 1, [], [Doc("d/" + "x" * 1100, 1)])
+        assert store.head(s) == 1

@@ -25,7 +25,8 @@ from typing import Any, Protocol
 
 from ..records import TaskRecord
 
-MAX_COMMIT_ITEMS = 99
+MAX_COMMIT_ITEMS = 99  # records and documents together, counted as passed in
+MAX_DOC_KEY_BYTES = 1022  # UTF-8 bytes; longer keys are refused (DynamoDB's sort key limit)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,9 @@ class Store(Protocol):
         start_after: str | None = None,
         limit: int | None = None,
     ) -> list[Doc]:
-        """Documents whose key starts with ``prefix``, in key order, after ``start_after``."""
+        """Documents whose key starts with ``prefix``, in key order, after ``start_after``;
+        at most ``limit`` of them (0 gives none; negative raises ValueError). Each document is
+        read consistently; a listing that spans pages may see a commit land between pages."""
         ...
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import CommitTooLarge, ConflictError
 from ..records import TaskRecord
-from .base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot
+from .base import MAX_COMMIT_ITEMS, MAX_DOC_KEY_BYTES, Doc, SessionSnapshot
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS heads (
@@ -90,6 +90,11 @@ class SQLiteStore:
                 f"a commit holds at most {MAX_COMMIT_ITEMS} records and documents, "
                 f"not {len(writes) + len(docs)}; nothing was written"
             )
+        for doc in docs:
+            if len(doc.key.encode()) > MAX_DOC_KEY_BYTES:
+                raise ValueError(
+                    f"document key over {MAX_DOC_KEY_BYTES} bytes: {doc.key[:40]!r}..."
+                )
         rows = [(session_id, r.id, int(r.live), r.to_json()) for r in writes]
         doc_rows = [(session_id, d.key, _dumps(d.body)) for d in docs]
         for record in writes:
@@ -140,6 +145,10 @@ class SQLiteStore:
         limit: int | None = None,
     ) -> list[Doc]:
         """Documents under ``prefix`` in key order."""
+        if limit is not None and limit < 0:
+            raise ValueError("limit must be >= 0")
+        if limit == 0:
+            return []
         # A range scan rather than LIKE: keys may hold '%' or '_'.
         low = max(prefix, start_after + "\x00") if start_after is not None else prefix
         query = "SELECT key, body FROM docs WHERE session_id = ? AND key >= ? ORDER BY key"
