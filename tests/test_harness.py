@@ -374,3 +374,49 @@ def test_a_repeating_id_source_never_overwrites_a_task():
         assert h.task(first).status == "sleeping" and h.task(first).input == {"keys": ["a"]}
 
     run(go())
+
+
+def test_more_runnable_tasks_than_one_commit_holds():
+    """Reservations are split over commits: a store writes at most 99 items at once."""
+
+    async def go():
+        kind = sleeper("test.many")
+        k = Kit(kind)
+        await k.h.open()
+        for _ in range(150):
+            await k.h.create_task(kind, {"for": HOUR})
+        wake = await k.h.run_until_parked()
+        assert len(k.h.live_tasks) == 150
+        assert all(r.status == "sleeping" for r in k.h.live_tasks.values())
+        k.clock.advance(HOUR)
+        assert k.h.wake().active
+        await k.h.run_until_parked()
+        assert k.h.live_tasks == {} and wake.at is not None
+
+    run(go())
+
+
+def test_aborting_an_owner_of_many_tasks_reaches_them_all():
+    async def spawn(task, rt):
+        for chunk in range(3):  # one commit holds at most 99 items: create in chunks
+
+            def build(tx, chunk=chunk):
+                for i in range(chunk * 45, chunk * 45 + 45):
+                    tx.create_task(SLEEPER, {"keys": ["a"]}, key=str(i))
+
+            await rt.commit(build)
+        await rt.commit(Sleeping(checkpoint="never", signals=(ANSWER.key("x"),)))
+
+    async def go():
+        owner = define_task("test.big-owner", 1, lambda _: "spawn", {"spawn": spawn})
+        k = Kit(owner, SLEEPER)
+        await k.h.open()
+        t = await k.h.create_task(owner)
+        await k.h.run_until_parked()
+        assert len(k.h.live_tasks) == 136
+        await k.h.abort(t, "Stop")
+        await k.h.run_until_parked()
+        assert k.h.live_tasks == {}
+        assert k.h.outcome(t).status == "aborted"
+
+    run(go())

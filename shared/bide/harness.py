@@ -27,6 +27,7 @@ from .ids import IdSource, RandomIds, keyed_id
 from .records import TaskRecord
 from .rules import (
     SignalDecision,
+    cascade_pending,
     Wake,
     bump,
     compute_wake,
@@ -52,13 +53,15 @@ from .state import (
     Terminal,
     Waiting,
 )
-from .store.base import Doc, Store
+from .store.base import MAX_COMMIT_ITEMS, Doc, Store
 from .tasks import TaskDefinition, TaskView
 
 R = TypeVar("R")
 
 DEFAULT_RESTART_LIMIT = 5
 _COMMIT_ATTEMPTS = 8
+_RESERVE_BUDGET = MAX_COMMIT_ITEMS - 9  # leave room; marks and reservations share a commit
+_MARK_BUDGET = 60  # descendants marked in the commit that ends or aborts their owner
 
 
 class Draft:
@@ -132,6 +135,7 @@ class Harness:
         self._opened = False
         self._closed = False
         self._first_pass = False
+        self._truncated = False
         self._outcome_waiters: dict[str, list[asyncio.Future[Outcome]]] = {}
         self._docs: dict[str, Any] = {}  # documents read or written at the current seq
         self._abort_events: dict[str, asyncio.Event] = {}
@@ -243,7 +247,7 @@ class Harness:
         record = d.get(task_id)
         if record is None:
             return False
-        targets = descendants(task_id, d.live())
+        targets = descendants(task_id, d.live())[:_MARK_BUDGET]
         if not isinstance(record.state, Completing):
             targets.append(record)
         for target in targets:
@@ -260,10 +264,13 @@ class Harness:
         self._ensure_open()
         try:
             while not self._closed:
+                self._truncated = False
                 if stop_at is None or self.clock.now() < stop_at:
                     for task_id, invocation in self._apply(self._reserve):
                         self._spawn(task_id, invocation)
                     self._first_pass = False
+                if self._truncated and (stop_at is None or self.clock.now() < stop_at):
+                    continue  # more to reserve than one commit holds
                 if not self._inflight:
                     # No lost wakeup: a signal delivered by another process while we ran
                     # moved the session on. Notice it before reporting that all is parked.
@@ -391,7 +398,9 @@ class Harness:
         abort-marked unless it runs in the background)."""
         live = d.live()
         if live_children(record.id, live):
-            for child in descendants(record.id, live):
+            # Direct children first; deeper work and anything past the budget is marked by
+            # the scheduler's next pass (_propagate_aborts), so no commit grows unbounded.
+            for child in live_children(record.id, live)[:_MARK_BUDGET]:
                 if not child.abort_marked and not child.background:
                     d.put(bump(child, abort_marked=True, abort_reason="owner ended"))
             d.put(bump(record, state=Completing(outcome=outcome)))
@@ -495,8 +504,14 @@ class Harness:
         now = self.clock.now()
         live = d.live()
         started: list[tuple[str, str]] = []
+        self._propagate_aborts(d, live)
         for record in live.values():
-            if record.id in self._inflight:
+            if len(d.writes) >= _RESERVE_BUDGET:
+                # A store writes at most MAX_COMMIT_ITEMS items at once; the rest are
+                # reserved by the next pass of the run loop.
+                self._truncated = True
+                break
+            if record.id in self._inflight or record.id in d.writes:
                 continue
             state = record.state
             if ready_to_settle(record, live):
@@ -526,6 +541,18 @@ class Harness:
             d.put(bump(record, state=running, signals=signals))
             started.append((record.id, invocation))
         return started
+
+    def _propagate_aborts(self, d: Draft, live: dict[str, TaskRecord]) -> None:
+        """Finish cascades that did not fit one commit: work owned by an abort-marked task,
+        or (unless in the background) by a task that ended, gets its abort mark."""
+        for record in live.values():
+            if len(d.writes) >= _RESERVE_BUDGET // 2:
+                self._truncated = True
+                return
+            if cascade_pending(record, live):
+                owner = live[record.owner]  # type: ignore[index]
+                reason = owner.abort_reason if owner.abort_marked else "owner ended"
+                d.put(bump(record, abort_marked=True, abort_reason=reason))
 
     def _spawn(self, task_id: str, invocation: str) -> None:
         self._mine.add(invocation)

@@ -70,7 +70,12 @@ def decide_signal(
     if slot is not None and slot.expired:
         return SignalDecision(SignalResult.CLOSED)
     if deadline_passed_for(record, name, now):
-        return SignalDecision(SignalResult.CLOSED)
+        # The sender is told "closed": make it so for good, even if another listed key wakes
+        # the task, so no later delivery to this key can contradict that answer.
+        expired = (slot or SignalSlot()).model_copy(update={"expired": True})
+        return SignalDecision(
+            SignalResult.CLOSED, bump(record, signals={**record.signals, name: expired})
+        )
     stored = SignalSlot(version=token.version, value=token.dump(validated), has_value=True)
     return SignalDecision(
         SignalResult.DELIVERED, bump(record, signals={**record.signals, name: stored})
@@ -248,6 +253,17 @@ def runnable_for_abort(record: TaskRecord, live: Mapping[str, TaskRecord]) -> bo
     )
 
 
+def cascade_pending(record: TaskRecord, live: Mapping[str, TaskRecord]) -> bool:
+    """An abort mark (or an owner's end) that has not reached this task yet: the scheduler
+    still has to pass it on, so the session is not idle."""
+    if record.abort_marked or record.owner is None:
+        return False
+    owner = live.get(record.owner)
+    return owner is not None and (
+        owner.abort_marked or (owner.status == "completing" and not record.background)
+    )
+
+
 def ready_to_settle(record: TaskRecord, live: Mapping[str, TaskRecord]) -> bool:
     """A completing task becomes terminal once its owned work has ended."""
     return record.state.status == "completing" and not live_children(record.id, live)
@@ -282,6 +298,7 @@ def compute_wake(
         state = record.state
         if (
             isinstance(state, Pending | Running)
+            or cascade_pending(record, live)
             or runnable_for_abort(record, live)
             or ready_to_settle(record, live)
             or (

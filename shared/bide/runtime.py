@@ -230,6 +230,18 @@ class _Tx:
             self._d, kind, input, key=key, owner=owned_by, background=background
         )
 
+    def find(self, task_id: str) -> TaskRecord | None:
+        """A task of this session as this commit would leave it (live or ended), or None."""
+        return self._d.find(task_id)
+
+    def keyed_id(self, key: str, owner: str | None = _MISSING) -> str:
+        """The id a task created with ``key`` (by ``owner``, default: the committing task)
+        has or will have."""
+        from .ids import keyed_id
+
+        owned_by = self._task_id if owner is _MISSING else owner
+        return keyed_id("t-", self._h.session_id, owned_by or "", key)
+
     def signal(self, task_id: str, token: SignalToken[Any], key: str, value: Any) -> SignalResult:
         """Deliver a signal to a task of this session, in this commit."""
         decision = decide_signal(self._d.find(task_id), token, key, value, self._h.clock.now())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..admission import Admission
 from ..harness import Draft, Harness
 from ..signals import SignalResult, SignalToken
 from ..tasks import TaskDefinition
@@ -31,6 +32,9 @@ from .providers.base import ModelProvider
 class Agent:
     """A model provider, the tools it may call, a system prompt and generation hooks.
 
+    With ``admission``, the model sees the presentations of ``model_family`` instead of the
+    registry's tools, and each call is routed by the request's catalog (design 002).
+
     ``agent.task`` is the generation task kind; :meth:`task_kinds` lists every kind a
     harness needs to run this agent's sessions.
     """
@@ -46,9 +50,17 @@ class Agent:
         max_attempts: int = 6,
         backoff_base: float = 2.0,
         backoff_cap: float = 300.0,
+        admission: Admission | None = None,
+        model_family: str = "generic",
     ) -> None:
         self.provider = provider
         self.tools = tools if tools is not None else ToolRegistry()
+        self.admission = admission
+        self.model_family = model_family
+        if admission is not None:
+            for operation in admission.operations:
+                if self.tools.get(operation.identity) is not operation.tool:
+                    self.tools.add(operation.tool)
         self.system = system
         self.hooks = list(hooks)
         self.hook_tasks = list(hook_tasks)

@@ -5,8 +5,9 @@ Checkpoints:
 * ``{"phase": "request", "attempt": n}``: place steers, ask the model. Tool calls -> create
   tool tasks (owned) and wait ``all_settled`` at ``round``. A final answer -> ``on_yield``.
   A retryable model error parks on time (backoff), never sleeps in memory.
-* ``{"phase": "round", "assistant": i}``: the tools settled (their result entries are
-  written by the tool tasks themselves); ``after_tools`` may start tasks (``after_tools``).
+* ``{"phase": "round", "assistant": i, "plan": [...]}``: the batch runs (exclusive calls alone
+  in order, parallel-safe ones up to 8 at a time); each tool task writes its own result
+  entry. Once all ended, ``after_tools`` may start tasks (``after_tools``).
 * ``{"phase": "after_tools", "assistant": i}``: hook tasks ended; one that completed with
   ``{"terminate": true}`` ends the run with the tool-calling answer.
 * ``{"phase": "yield", "answer": i}``: ``on_yield`` tasks ended; queued user input wins,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..admission import NotAdvertised
 from ..state import Completed, Failed, Running, Sleeping, Terminal, Waiting
 from ..tasks import TaskDefinition, TaskView, define_task
 from .conversation import (
@@ -101,14 +103,22 @@ def build_request(agent: Agent, rt: Any, cid: str) -> ModelRequest:
                 AssistantMessage(text=entry.get("text", ""), tool_calls=entry.get("tool_calls", []))
             )
         elif entry["type"] == "tool_result":
-            messages.append(
-                ToolResultMessage(
-                    call_id=entry["call_id"], text=entry["text"], is_error=entry["is_error"]
+            text = entry["text"]
+            if agent.admission is not None:
+                text = agent.admission.render(
+                    entry.get("identity"), entry.get("variant"), text, entry["is_error"]
                 )
+            messages.append(
+                ToolResultMessage(call_id=entry["call_id"], text=text, is_error=entry["is_error"])
             )
+    offered = (
+        agent.admission.catalog(agent.model_family).specs
+        if agent.admission is not None
+        else agent.tools.manifest()
+    )
     tools = [
         ToolSpec(name=t["name"], description=t["description"], parameters=t["parameters"])
-        for t in agent.tools.manifest()
+        for t in offered
     ]
     return ModelRequest(
         system=head.system or agent.system, messages=tuple(messages), tools=tuple(tools)
@@ -164,19 +174,117 @@ async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
 
 
 async def _start_round(agent: Agent, rt: Runtime, cid: str, response: ModelResponse) -> None:
-    def build(tx: Any) -> Waiting:
+    """Record the answer with its calls and plan the batch. Calls to names this request did
+    not advertise get an error result at once and never reach an operation."""
+    plan: list[dict[str, Any]] = []
+    refused: list[tuple[str, str]] = []
+    catalog = agent.admission.catalog(agent.model_family) if agent.admission is not None else None
+    for call in response.tool_calls:
+        if catalog is None:
+            tool = agent.tools.get(call.name)
+            mode = tool.concurrency if tool is not None else "exclusive"
+            plan.append(_planned(call.id, call.name, call.arguments, None, None, mode))
+            continue
+        try:
+            resolved = catalog.resolve(call.name)
+        except NotAdvertised as exc:
+            refused.append((call.id, str(exc)))
+            continue
+        arguments = resolved.presentation.adapt_arguments(dict(call.arguments))
+        mode = resolved.operation.tool.concurrency
+        plan.append(
+            _planned(call.id, resolved.identity, arguments, call.name, resolved.variant, mode)
+        )
+
+    def build(tx: Any) -> Running:
         index = append_entry(tx, cid, _assistant_entry(response))
-        calls = [
-            tx.create_task(
-                agent.tools.task,
-                {"name": c.name, "arguments": c.arguments, "call_id": c.id, "conversation": cid},
-                key=f"call:{c.id}",
-            )
-            for c in response.tool_calls
-        ]
-        return Waiting(checkpoint={"phase": "round", "assistant": index}, on=tuple(calls))
+        for call_id, why in refused:
+            entry = {
+                "type": "tool_result",
+                "call_id": call_id,
+                "name": None,
+                "text": why,
+                "is_error": True,
+                "code": "tool_unavailable",
+            }
+            append_entry(tx, cid, entry)
+        return Running(checkpoint={"phase": "round", "assistant": index, "plan": plan})
 
     await rt.commit(build)
+
+
+def _planned(
+    call_id: str,
+    name: str,
+    arguments: dict[str, Any],
+    exposed: str | None,
+    variant: str | None,
+    mode: str,
+) -> dict[str, Any]:
+    return {
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "exposed": exposed,
+        "variant": variant,
+        "mode": mode,
+    }
+
+
+PARALLEL_WINDOW = 8
+
+
+def _segments(plan: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Consecutive parallel-safe calls form one segment; each exclusive call is its own."""
+    segments: list[list[dict[str, Any]]] = []
+    for call in plan:
+        if (
+            call["mode"] == "parallel_safe"
+            and segments
+            and segments[-1][0]["mode"] == "parallel_safe"
+        ):
+            segments[-1].append(call)
+        else:
+            segments.append([call])
+    return segments
+
+
+def _schedule(agent: Agent, tx: Any, cid: str, plan: list[dict[str, Any]]) -> Waiting | None:
+    """Start what the batch allows now and wait for it; None once every call has ended.
+    Exclusive calls run alone in batch order; a parallel-safe segment keeps at most
+    PARALLEL_WINDOW calls in flight. Each call commits its own result, so a slow or retried
+    call never repeats a finished one."""
+    for segment in _segments(plan):
+        live: list[str] = []
+        new: list[dict[str, Any]] = []
+        for call in segment:
+            record = tx.find(tx.keyed_id(f"call:{call['call_id']}"))
+            if record is None:
+                new.append(call)
+            elif record.live:
+                live.append(record.id)
+        if not live and not new:
+            continue
+        room = (PARALLEL_WINDOW if segment[0]["mode"] == "parallel_safe" else 1) - len(live)
+        for call in new[: max(room, 0)]:
+            live.append(
+                tx.create_task(
+                    agent.tools.task,
+                    {
+                        "name": call["name"],
+                        "arguments": call["arguments"],
+                        "call_id": call["call_id"],
+                        "conversation": cid,
+                        "exposed_name": call["exposed"],
+                        "variant": call["variant"],
+                    },
+                    key=f"call:{call['call_id']}",
+                )
+            )
+        return Waiting(
+            checkpoint=dict(tx.find(tx.task_id).state.checkpoint), on=tuple(live), policy="any"
+        )
+    return None
 
 
 def _assistant_entry(response: ModelResponse) -> dict[str, Any]:
@@ -223,6 +331,17 @@ async def _answer(
 async def _round(agent: Agent, task: TaskView, rt: Runtime) -> None:
     cid = task.input["conversation"]
     index = task.checkpoint["assistant"]
+    plan = task.checkpoint.get("plan", [])
+    waiting: list[Waiting | None] = []
+
+    def schedule(tx: Any) -> Waiting | None:
+        waiting.clear()
+        waiting.append(_schedule(agent, tx, cid, plan))
+        return waiting[0]
+
+    await rt.commit(schedule)
+    if waiting[0] is not None:
+        return  # the batch parks as a whole until its next call ends
     assistant = rt.get_doc(entry_key(cid, index))
     results = [e for e in entries(rt, cid)[index:] if e["type"] == "tool_result"]
     for hooks in agent.hooks:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .api import ToolExecutionApi
 
 Replay = Literal["safe", "unsafe"]
+Concurrency = Literal["parallel_safe", "exclusive"]
 ExecuteResult = ToolResult | Sleep | Wait | str
 Execute = Callable[[Any, "ToolExecutionApi"], Awaitable[ExecuteResult]]
 Cancel = Callable[[Any, "ToolExecutionApi"], Awaitable[None]]
@@ -45,6 +46,7 @@ class ToolDefinition:
     replay: Replay = "unsafe"
     cancel: Cancel | None = None
     _wrapped_parks: bool = field(default=False, repr=False)
+    concurrency: Concurrency = "exclusive"
 
     def json_schema(self) -> dict[str, Any]:
         """The parameters' JSON schema, as a model provider needs it."""
@@ -70,19 +72,26 @@ def define_tool(
     *,
     replay: Replay = "unsafe",
     cancel: Cancel | None = None,
+    concurrency: Concurrency = "exclusive",
 ) -> ToolDefinition:
     """Define a tool. ``execute(args, api)`` returns a :class:`ToolResult` (or text), or parks
     by returning :class:`Sleep` / :class:`Wait`; it runs again with ``api.wake`` set when the
     park ends. ``replay="safe"`` lets recovery rerun a cut-off run (default ``"unsafe"``: the
     call ends ``interrupted``). ``cancel(args, api)`` cleans up external work of a call that
-    parked; it must be safe to run twice."""
+    parked; it must be safe to run twice. ``concurrency="parallel_safe"`` lets consecutive
+    calls of such tools in one model answer run together (at most 8 in flight); an
+    ``"exclusive"`` call (the default) runs alone, in order."""
     if not name or not isinstance(name, str):
         raise DefinitionError("a tool needs a non-empty name")
     if not (isinstance(parameters, type) and issubclass(parameters, BaseModel)):
         raise DefinitionError(f"tool {name!r}: parameters must be a pydantic model class")
     if replay not in ("safe", "unsafe"):
         raise DefinitionError(f"tool {name!r}: replay must be 'safe' or 'unsafe'")
-    return ToolDefinition(name, description, parameters, execute, replay, cancel)
+    if concurrency not in ("parallel_safe", "exclusive"):
+        raise DefinitionError(f"tool {name!r}: concurrency must be 'parallel_safe' or 'exclusive'")
+    return ToolDefinition(
+        name, description, parameters, execute, replay, cancel, concurrency=concurrency
+    )
 
 
 def wrap_tool(tool: ToolDefinition, wrapper: Wrapper, *, name: str | None = None) -> ToolDefinition:
@@ -116,4 +125,5 @@ def wrap_tool(tool: ToolDefinition, wrapper: Wrapper, *, name: str | None = None
         tool.replay,
         tool.cancel,
         True,
+        tool.concurrency,
     )

@@ -53,6 +53,8 @@ class ToolCallInput(BaseModel):
     arguments: dict[str, Any] = {}
     call_id: str | None = None
     conversation: str | None = None  # the transcript its result entry goes to
+    exposed_name: str | None = None  # the name the model used (tool admission)
+    variant: str | None = None  # the presentation variant the model saw
 
 
 def tool_task(registry: ToolRegistry) -> TaskDefinition:
@@ -405,10 +407,13 @@ def _with_entry(task: TaskView, call: ToolCall, result: ToolResult, state: Termi
     def build(tx: Any) -> Terminal:
         from ..agent.conversation import append_entry
 
+        spec = _input(task)
         entry = {
             "type": "tool_result",
             "call_id": call.call_id,
-            "name": call.name,
+            "name": spec.exposed_name or call.name,
+            "identity": call.name,
+            "variant": spec.variant,
             "text": result.text,
             "is_error": result.is_error,
             "code": result.code,

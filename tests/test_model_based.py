@@ -1,0 +1,698 @@
+"""Model-based test of the durable task engine (design 001 chapters II-IV and X).
+
+A hypothesis state machine drives a real :class:`bide.Harness` on an in-memory SQLite store,
+with a manual clock and sequential ids, and checks it step by step against a small reference
+model written here in plain Python. The model encodes design 001's tables:
+
+* ``signal()`` checks, in order: not_found, closed (ended or abort-marked), invalid,
+  duplicate (first value kept), closed (key expired, or a sleep on it is past its deadline),
+  delivered;
+* a sleep wakes on the first listed key holding an unused value; otherwise at its deadline,
+  which expires every listed key without a value (``expired``), or ``time`` without keys;
+* the wake consumes its key; sleeping again on a consumed or expired key is refused;
+* early values are kept and wake the later sleep at once; other listed keys stay open;
+* an abort mark closes the task to signals and ends its park at once;
+* a crash puts a running task back to pending with its wake (counting a restart), a close
+  does the same without counting; parked tasks stay parked;
+* ``wake()``: active iff something can run; ``at`` is the earliest deadline of a sleep that is
+  not abort-marked; sleeps on signals alone give no ``at``.
+
+The task kind under test sleeps through a plan of steps. Each step lists new keys (of two
+signal tokens), optionally a deadline, and optionally carries over the keys of the previous
+sleep that are still open. On every wake it records the wake reason, what ``read_signal``
+returned for each listed key, and whether sleeping again on the old key was refused.
+
+``BIDE_LONG_PROOF=1`` runs ten times more examples; ``CI`` set makes the run deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from pydantic import BaseModel, ConfigDict
+
+from bide import (
+    Aborted,
+    Completed,
+    Faulted,
+    Harness,
+    InvalidPark,
+    ManualClock,
+    Pending,
+    SequentialIds,
+    SignalExpired,
+    SignalResult,
+    SignalValue,
+    Sleeping,
+    SQLiteStore,
+    Terminal,
+    Wake,
+    define_signal,
+    define_task,
+)
+
+LONG = os.environ.get("BIDE_LONG_PROOF") == "1"
+SESSION = "s-model"
+RESTART_LIMIT = 2  # small, so the restart-limit path is reachable within a few crashes
+
+
+class Num(BaseModel):
+    """Signal payload; strict, so "5" is not 5 and extra fields are refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    n: int
+
+
+TOKENS = {
+    "A": define_signal("mb.a", 1, Num),
+    "B": define_signal("mb.b", 2, Num),
+}
+INVALID_VALUES = [{"n": "5"}, {"n": 1, "z": 2}, {}, "x", None, {"n": 1.5}, {"n": True}]
+UNKNOWN_IDS = ["t-999", "nope"]
+KEY_UNIVERSE = [f"s{i}k{j}" for i in range(5) for j in range(3)] + ["extra"]
+CLOCK_STEPS = [0.5, 1, 29, 30, 31, 59, 60, 61, 600, 3599, 3600, 86400]
+DEADLINES = [None, 1, 30, 60, 3600]
+
+
+def slot(tok: str, key: str) -> str:
+    """The engine's slot name for a token letter and key."""
+    return f"{TOKENS[tok].name}/{key}"
+
+
+def new_keys(plan: list[dict[str, Any]], step: int) -> list[list[str]]:
+    """The fresh keys a plan step listens on: ``[token letter, key]`` pairs."""
+    return [[tok, f"s{step}k{j}"] for j, tok in enumerate(plan[step]["keys"])]
+
+
+def listed_keys(plan: list[dict[str, Any]], step: int, carried: list[list[str]]) -> list[list[str]]:
+    """Fresh keys of ``step`` plus the still-open keys of the previous sleep, in plan order."""
+    fresh = new_keys(plan, step)
+    carry = plan[step]["carry"]
+    if carry == "first":
+        return carried + fresh
+    if carry == "last":
+        return fresh + carried
+    return fresh
+
+
+# --- the task kind under test ---------------------------------------------------------------
+
+
+class Runaway(BaseException):
+    """Raised from a phase when one run invokes far more phases than any plan needs (e.g. a
+    key that wakes its task again and again): fails the run instead of hanging it."""
+
+
+class Trap:
+    """Makes one chosen invocation hang at the start of its phase, to crash mid-run; and
+    counts invocations per run to stop a runaway loop."""
+
+    RUNAWAY = 200  # at most 6 tasks x (start + 4 steps + abort) invocations are legitimate
+
+    def __init__(self) -> None:
+        self.victim: str | None = None
+        self.hit: asyncio.Event | None = None
+        self.hang: asyncio.Future[None] | None = None
+        self.calls = 0
+
+    def arm(self, task_id: str) -> None:
+        self.victim = task_id
+        self.hit = asyncio.Event()
+        self.hang = asyncio.get_running_loop().create_future()
+
+    async def check(self, task_id: str) -> None:
+        self.calls += 1
+        if self.calls > self.RUNAWAY:
+            raise Runaway(f"{self.calls} phase invocations in one run (last: {task_id})")
+        if self.victim == task_id:
+            self.victim = None
+            assert self.hit is not None and self.hang is not None
+            self.hit.set()
+            await self.hang  # until the "process" dies
+
+
+def make_kind(trap: Trap) -> Any:
+    """The plan-following task kind, wired to ``trap``."""
+
+    def sleep_on(rt: Any, plan: list[dict[str, Any]], step: int, keys: list[list[str]], log: list):
+        dt = plan[step]["dt"]
+        return Sleeping(
+            checkpoint={"phase": "woke", "step": step, "keys": keys, "log": log},
+            until=None if dt is None else rt.now() + dt,
+            signals=tuple(TOKENS[tok].key(key) for tok, key in keys),
+        )
+
+    async def start(task: Any, rt: Any) -> None:
+        await trap.check(task.id)
+        plan = task.input["plan"]
+        await rt.commit(sleep_on(rt, plan, 0, new_keys(plan, 0), []))
+
+    async def woke(task: Any, rt: Any) -> None:
+        await trap.check(task.id)
+        plan = task.input["plan"]
+        cp = task.checkpoint
+        step, keys, log = cp["step"], cp["keys"], cp["log"]
+        wake = task.wake
+        reads: dict[str, Any] = {}
+        for tok, key in keys:
+            state = await rt.read_signal(TOKENS[tok], key)
+            if isinstance(state, SignalValue):
+                reads[slot(tok, key)] = ["value", state.value.n]
+            elif isinstance(state, SignalExpired):
+                reads[slot(tok, key)] = ["expired"]
+            else:
+                reads[slot(tok, key)] = None
+        woken = None
+        if wake.reason == "signal":
+            woken = next(k for k in keys if slot(*k) == f"{wake.signal}/{wake.key}")
+        # One key serves one wait: sleeping again on the key that woke us (or that expired)
+        # must be refused.
+        old = woken if woken is not None else (keys[0] if wake.reason == "expired" else None)
+        probe = None
+        if old is not None:
+            try:
+                await rt.commit(
+                    Sleeping(
+                        checkpoint={**cp, "probe": "accepted"},
+                        signals=(TOKENS[old[0]].key(old[1]),),
+                    )
+                )
+                probe = "accepted"
+            except InvalidPark:
+                probe = "rejected"
+        entry = {"step": step, "wake": wake.model_dump(), "reads": reads, "probe": probe}
+        log = [*log, entry]
+        if step + 1 < len(plan):
+            carried = [k for k in keys if k != woken and reads[slot(*k)] != ["expired"]]
+            await rt.commit(sleep_on(rt, plan, step + 1, listed_keys(plan, step + 1, carried), log))
+        else:
+            await rt.commit(Terminal(outcome=Completed(result={"log": log})))
+
+    async def abort(task: Any, rt: Any) -> None:
+        await trap.check(task.id)
+        reason = f"{task.abort_reason}@{task.checkpoint.get('step')}"
+        await rt.commit(Terminal(outcome=Aborted(reason=reason)))
+
+    return define_task(
+        "mb.plan", 1, lambda _input: "start", {"start": start, "woke": woke}, abort=abort
+    )
+
+
+# --- the reference model --------------------------------------------------------------------
+
+
+@dataclass
+class MSlot:
+    value: int | None = None
+    expired: bool = False
+    consumed: bool = False
+
+
+@dataclass
+class MTask:
+    id: str
+    plan: list[dict[str, Any]]
+    status: str = "pending"  # pending | running | sleeping | terminal
+    phase: str = "start"
+    step: int | None = None
+    keys: list[list[str]] = field(default_factory=list)
+    log: list[dict[str, Any]] = field(default_factory=list)
+    wake: dict[str, Any] | None = None
+    until: float | None = None
+    abort_marked: bool = False
+    abort_reason: str | None = None
+    restarts: int = 0
+    slots: dict[str, MSlot] = field(default_factory=dict)
+    outcome: tuple[str, Any] | None = None
+    # Every value ever accepted, per slot (for the "never lost or changed" invariant).
+    first_values: dict[str, int] = field(default_factory=dict)
+    signal_wakes: list[str] = field(default_factory=list)
+
+    @property
+    def listed(self) -> list[str]:
+        return [slot(*k) for k in self.keys]
+
+    def checkpoint(self) -> dict[str, Any]:
+        if self.phase == "start":
+            return {"phase": "start"}
+        return {"phase": "woke", "step": self.step, "keys": self.keys, "log": self.log}
+
+
+class Model:
+    def __init__(self) -> None:
+        self.tasks: dict[str, MTask] = {}
+
+    def live(self) -> list[MTask]:
+        return [t for t in self.tasks.values() if t.status != "terminal"]
+
+    # design 001 ch. II check order, ch. IV deadline race
+    def signal(self, task_id: str, tok: str, key: str, valid: bool, n: int, now: float) -> str:
+        t = self.tasks.get(task_id)
+        if t is None:
+            return "not_found"
+        if t.status == "terminal" or t.abort_marked:
+            return "closed"
+        if not valid:
+            return "invalid"
+        name = slot(tok, key)
+        s = t.slots.get(name)
+        if s is not None and s.value is not None:
+            return "duplicate"
+        if s is not None and s.expired:
+            return "closed"
+        if t.status == "sleeping" and t.until is not None and t.until <= now and name in t.listed:
+            # Closed for good: the key is expired now, whatever wakes the task.
+            t.slots[name] = MSlot(expired=True)
+            return "closed"
+        t.slots[name] = MSlot(value=n)
+        t.first_values[name] = n
+        return "delivered"
+
+    def wakeup(self, t: MTask, now: float) -> dict[str, Any] | None:
+        for name in t.listed:
+            s = t.slots.get(name)
+            if s is not None and s.value is not None and not s.consumed:
+                signal, key = name.split("/", 1)
+                return {"reason": "signal", "signal": signal, "key": key}
+        if t.until is None or t.until > now:
+            return None
+        return {"reason": "expired"} if t.keys else {"reason": "time"}
+
+    def eligible(self, t: MTask, now: float) -> bool:
+        if t.status == "pending":
+            return True
+        if t.status != "sleeping":
+            return False
+        return t.abort_marked or self.wakeup(t, now) is not None
+
+    def wake(self, now: float) -> Wake:
+        active = any(self.eligible(t, now) for t in self.live())
+        untils = [
+            t.until
+            for t in self.live()
+            if t.status == "sleeping" and t.until is not None and not t.abort_marked
+        ]
+        return Wake(active=active, at=min(untils) if untils else None)
+
+    def reserve(self, t: MTask, now: float) -> None:
+        """The reservation commit: running, with the wake it consumes or expires."""
+        if t.abort_marked:
+            t.wake = t.wake if t.status == "pending" else None
+        elif t.status == "sleeping":
+            wake = self.wakeup(t, now)
+            assert wake is not None
+            if wake["reason"] == "signal":
+                name = f"{wake['signal']}/{wake['key']}"
+                t.slots[name].consumed = True
+                t.signal_wakes.append(name)
+            elif wake["reason"] == "expired":
+                for name in t.listed:
+                    s = t.slots.setdefault(name, MSlot())
+                    if s.value is None:
+                        s.expired = True
+            t.wake = wake
+        t.status = "running"
+
+    def end(self, t: MTask, outcome: tuple[str, Any]) -> None:
+        event(f"ended: {outcome[0]}")
+        t.status, t.outcome, t.slots = "terminal", outcome, {}
+
+    def sleep(self, t: MTask, step: int, keys: list[list[str]], log: list, now: float) -> None:
+        dt = t.plan[step]["dt"]
+        t.status, t.phase, t.step, t.keys, t.log = "sleeping", "woke", step, keys, log
+        t.until = None if dt is None else now + dt
+        t.wake, t.restarts = None, 0
+
+    def phase(self, t: MTask, now: float) -> None:
+        """What the task kind's phase (or abort handler) does from ``running``."""
+        if t.abort_marked:
+            self.end(t, ("aborted", f"{t.abort_reason}@{t.step}"))
+            return
+        if t.phase == "start":
+            self.sleep(t, 0, new_keys(t.plan, 0), [], now)
+            return
+        assert t.wake is not None and t.step is not None
+        reads: dict[str, Any] = {}
+        for name in t.listed:
+            s = t.slots.get(name)
+            if s is not None and s.value is not None:
+                reads[name] = ["value", s.value]
+            elif s is not None and s.expired:
+                reads[name] = ["expired"]
+            else:
+                reads[name] = None
+        woken = None
+        if t.wake["reason"] == "signal":
+            woken = next(k for k in t.keys if slot(*k) == f"{t.wake['signal']}/{t.wake['key']}")
+        probe = "rejected" if t.wake["reason"] in ("signal", "expired") else None
+        entry = {"step": t.step, "wake": t.wake, "reads": reads, "probe": probe}
+        event(f"wake: {t.wake['reason']}")
+        log = [*t.log, entry]
+        if t.step + 1 < len(t.plan):
+            carried = [k for k in t.keys if k != woken and reads[slot(*k)] != ["expired"]]
+            self.sleep(t, t.step + 1, listed_keys(t.plan, t.step + 1, carried), log, now)
+        else:
+            t.log = log
+            self.end(t, ("completed", {"log": log}))
+
+    def run_until_parked(self, now: float) -> None:
+        # Tasks of this kind never touch each other, so each can be driven on its own.
+        for t in self.live():
+            while t.status != "terminal" and self.eligible(t, now):
+                self.reserve(t, now)
+                self.phase(t, now)
+
+    def restart(self, *, crashed: bool) -> None:
+        for t in self.live():
+            if t.status != "running":
+                continue
+            if crashed:
+                t.restarts += 1
+                if t.restarts > RESTART_LIMIT:
+                    self.end(t, ("faulted", "restart limit reached"))
+                    continue
+            t.status = "pending"
+
+
+# --- the state machine ----------------------------------------------------------------------
+
+steps = st.fixed_dictionaries(
+    {
+        "keys": st.lists(st.sampled_from(["A", "B"]), max_size=3),
+        "dt": st.sampled_from(DEADLINES),
+        "carry": st.sampled_from([None, "first", "last"]),
+    }
+).map(lambda s: s if s["keys"] or s["dt"] is not None else {**s, "dt": 30})  # keys or until
+plans = st.lists(steps, min_size=1, max_size=4)
+
+
+class EngineMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.store = SQLiteStore()
+        self.clock = ManualClock()
+        # One id source across "processes": ids must stay unique in the session.
+        self.ids = SequentialIds()
+        self.trap = Trap()
+        self.kind = make_kind(self.trap)
+        self.model = Model()
+        self.counter = 0
+        self.aborts = 0
+        self.crashes = 0
+        self.harness = self.open_harness()
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def open_harness(self) -> Harness:
+        h = Harness(
+            self.store,
+            SESSION,
+            [self.kind],
+            clock=self.clock,
+            ids=self.ids,
+            restart_limit=RESTART_LIMIT,
+        )
+        self.run(h.open())
+        return h
+
+    def teardown(self) -> None:
+        try:
+            self.run(self.harness.close())
+        finally:
+            self.loop.close()
+            self.store.close()
+
+    @initialize(plan=plans)
+    def first_task(self, plan: list[dict[str, Any]]) -> None:
+        self.create(plan)
+
+    # --- rules -------------------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.model.tasks) < 6)
+    @rule(plan=plans)
+    def create(self, plan: list[dict[str, Any]]) -> None:
+        task_id = self.run(self.harness.create_task(self.kind, {"plan": plan}))
+        assert task_id not in self.model.tasks, f"id {task_id} reused"
+        self.model.tasks[task_id] = MTask(id=task_id, plan=plan)
+
+    def deliver(self, task_id: str, tok: str, key: str, value: Any) -> None:
+        valid = isinstance(value, dict) and set(value) == {"n"} and type(value["n"]) is int
+        expected = self.model.signal(
+            task_id, tok, key, valid, value["n"] if valid else -1, self.clock.now()
+        )
+        event(f"signal -> {expected}")
+        got = self.run(self.harness.signal(task_id, TOKENS[tok], key, value))
+        assert got == SignalResult(expected), (
+            f"signal({task_id}, {tok}, {key}, {value!r}) -> {got}, model says {expected}"
+        )
+
+    def fresh_value(self) -> dict[str, int]:
+        self.counter += 1
+        return {"n": self.counter}
+
+    @rule(
+        data=st.data(),
+        tok=st.sampled_from(sorted(TOKENS)),
+        key=st.sampled_from(KEY_UNIVERSE),
+        valid=st.integers(0, 3),
+        invalid=st.sampled_from(INVALID_VALUES),
+    )
+    def signal_any(self, data: st.DataObject, tok: str, key: str, valid: int, invalid: Any) -> None:
+        """Any task (or now and then an unknown id), any key: early, late, unlistened or
+        listened; valid three times in four."""
+        known = sorted(self.model.tasks)
+        task_id = data.draw(st.sampled_from(known * 3 + UNKNOWN_IDS))
+        value = self.fresh_value() if valid else invalid
+        self.deliver(task_id, tok, key, value)
+
+    @precondition(lambda self: any(t.status == "sleeping" and t.keys for t in self.model.live()))
+    @rule(data=st.data(), then_run=st.booleans())
+    def signal_listened(self, data: st.DataObject, then_run: bool) -> None:
+        """A key some sleep lists right now (the race with its deadline included), and often
+        the worker run that the delivery triggers."""
+        sleepers = [t for t in self.model.live() if t.status == "sleeping" and t.keys]
+        t = data.draw(st.sampled_from(sleepers))
+        tok, key = data.draw(st.sampled_from(t.keys))
+        self.deliver(t.id, tok, key, self.fresh_value())
+        if then_run:
+            self.run_until_parked()
+
+    @precondition(lambda self: bool(self.model.live()))
+    @rule(data=st.data())
+    def signal_planned(self, data: st.DataObject) -> None:
+        """A key a live task listens on now or will listen on in a later step: early values
+        that must wake the later sleep at once, several values racing for one sleep."""
+        t = data.draw(st.sampled_from(self.model.live()))
+        keys = [k for step in range(len(t.plan)) for k in new_keys(t.plan, step)]
+        if not keys:
+            return
+        tok, key = data.draw(st.sampled_from(keys))
+        self.deliver(t.id, tok, key, self.fresh_value())
+
+    @precondition(lambda self: any(self.expired_slots(t) for t in self.model.live()))
+    @rule(data=st.data())
+    def signal_expired(self, data: st.DataObject) -> None:
+        """A key whose sleep's deadline expired it: closed for good, even once the task
+        sleeps on other keys."""
+        t = data.draw(st.sampled_from([t for t in self.model.live() if self.expired_slots(t)]))
+        tok, key = data.draw(st.sampled_from(self.expired_slots(t)))
+        self.deliver(t.id, tok, key, self.fresh_value())
+
+    @staticmethod
+    def expired_slots(t: MTask) -> list[tuple[str, str]]:
+        letters = {v.name: k for k, v in TOKENS.items()}
+        found = []
+        for name, s in sorted(t.slots.items()):
+            if s.expired:
+                signal, key = name.split("/", 1)
+                found.append((letters[signal], key))
+        return found
+
+    @precondition(lambda self: any(t.first_values for t in self.model.tasks.values()))
+    @rule(data=st.data(), same=st.booleans())
+    def redeliver(self, data: st.DataObject, same: bool) -> None:
+        """A second copy (same or other value) of a key that was delivered before."""
+        t = data.draw(st.sampled_from([t for t in self.model.tasks.values() if t.first_values]))
+        name = data.draw(st.sampled_from(sorted(t.first_values)))
+        signal, key = name.split("/", 1)
+        tok = next(k for k, v in TOKENS.items() if v.name == signal)
+        value = {"n": t.first_values[name]} if same else self.fresh_value()
+        self.deliver(t.id, tok, key, value)
+
+    @rule(seconds=st.sampled_from(CLOCK_STEPS))
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @precondition(lambda self: self.model.wake(self.clock.now()).at is not None)
+    @rule(before=st.booleans())
+    def advance_to_deadline(self, before: bool) -> None:
+        """Exactly onto the earliest deadline (``until <= now`` expires), or just short of it."""
+        at = self.model.wake(self.clock.now()).at
+        assert at is not None
+        target = at - 0.25 if before else at
+        if target > self.clock.now():
+            self.clock.set(target)
+
+    # Aborts end tasks early; a few per run are enough to cover them.
+    @precondition(lambda self: self.aborts < 3)
+    @rule(data=st.data(), reason=st.sampled_from(["stop", "user"]))
+    def abort(self, data: st.DataObject, reason: str) -> None:
+        self.aborts += 1
+        task_id = data.draw(st.sampled_from(sorted(self.model.tasks) + UNKNOWN_IDS))
+        t = self.model.tasks.get(task_id)
+        expected = t is not None and t.status != "terminal"
+        if expected and not t.abort_marked:
+            t.abort_marked, t.abort_reason = True, reason
+        got = self.run(self.harness.abort(task_id, reason))
+        assert got is expected, f"abort({task_id}) -> {got}, model says {expected}"
+
+    @rule()
+    def run_until_parked(self) -> None:
+        self.model.run_until_parked(self.clock.now())
+        self.trap.calls = 0
+        got = self.run(self.harness.run_until_parked())
+        assert got == self.model.wake(self.clock.now()), f"run_until_parked returned {got}"
+
+    @rule(clean=st.booleans())
+    def restart(self, clean: bool) -> None:
+        """Between runs nothing is running: a crash (drop the harness without closing it) or a
+        clean close, then a new harness on the same store. Parked work stays parked."""
+        if clean:
+            self.run(self.harness.close())
+        self.harness = self.open_harness()
+        self.model.restart(crashed=not clean)
+
+    def runnable(self) -> list[MTask]:
+        return [t for t in self.model.live() if self.model.eligible(t, self.clock.now())]
+
+    @precondition(lambda self: self.crashes < 4 and len(self.runnable()) == 1)
+    @rule(clean=st.booleans())
+    def crash_mid_phase(self, clean: bool) -> None:
+        """The one runnable task is reserved and its phase starts; then the process dies
+        (or closes). The reservation (wake, consumed / expired keys) is durable; the phase's
+        work is not. The next harness runs the phase again with the same wake."""
+        self.crashes += 1
+        (victim,) = self.runnable()
+        event(f"crash mid-phase ({'close' if clean else 'kill'}, {victim.status})")
+        self.model.reserve(victim, self.clock.now())
+        self.run(self.crash_while_running(victim.id, clean))
+        self.harness = self.open_harness()
+        self.model.restart(crashed=not clean)
+
+    async def crash_while_running(self, victim: str, clean: bool) -> None:
+        self.trap.arm(victim)
+        self.trap.calls = 0
+        assert self.trap.hit is not None and self.trap.hang is not None
+        runner = asyncio.ensure_future(self.harness.run_until_parked())
+        hit = asyncio.ensure_future(self.trap.hit.wait())
+        await asyncio.wait({runner, hit}, return_when=asyncio.FIRST_COMPLETED)
+        assert hit.done() and not runner.done(), "the victim's phase never started"
+        record = self.harness.task(victim)
+        assert record is not None and record.status == "running"
+        if clean:
+            # close() cancels the phase and puts the task back to pending (no restart counted).
+            await self.harness.close()
+        else:
+            # The process dies: the run stops every invocation and writes nothing more.
+            runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        if not self.trap.hang.done():  # nothing of the dead process may run on
+            self.trap.hang.cancel()
+            await asyncio.sleep(0)
+
+    # --- invariants --------------------------------------------------------------------------
+
+    @invariant()
+    def engine_matches_model(self) -> None:
+        h, now = self.harness, self.clock.now()
+        model_live = {t.id for t in self.model.live()}
+        assert set(h.live_tasks) == model_live
+        for t in self.model.tasks.values():
+            record = h.task(t.id)
+            assert record is not None, f"task {t.id} lost"
+            where = f"task {t.id} ({t.status})"
+            if t.status == "terminal":
+                self.check_ended(t, record, where)
+                continue
+            assert record.abort_marked == t.abort_marked, where
+            assert record.restarts == t.restarts, where
+            state = record.state
+            assert state.status == t.status, f"{where}: engine has {state.status}"
+            assert state.checkpoint == t.checkpoint(), where
+            if isinstance(state, Sleeping):
+                assert [[k.signal, k.key] for k in state.signals] == [
+                    [TOKENS[tok].name, key] for tok, key in t.keys
+                ], where
+                assert state.until == t.until, where
+            if isinstance(state, Pending):
+                wake = None if state.wake is None else state.wake.model_dump()
+                assert wake == t.wake, where
+            self.check_slots(t, record, where)
+        assert h.wake() == self.model.wake(now), f"wake() {h.wake()}"
+        assert h.task(UNKNOWN_IDS[0]) is None
+
+    def check_slots(self, t: MTask, record: Any, where: str) -> None:
+        """No value lost, changed or delivered after expiry; consumed and expired as modelled."""
+        assert set(record.signals) == set(t.slots), f"{where}: slots {set(record.signals)}"
+        for name, s in t.slots.items():
+            got = record.signals[name]
+            if s.value is None:
+                assert not got.has_value, f"{where}: {name} holds a value it should not"
+            else:
+                assert got.has_value and got.value == {"n": s.value}, f"{where}: {name} changed"
+                assert s.value == t.first_values[name]
+                assert got.version == TOKENS["A" if name.startswith("mb.a/") else "B"].version
+            assert got.expired == s.expired, f"{where}: {name} expired={got.expired}"
+            assert not (got.expired and got.has_value), f"{where}: {name} value after expiry"
+            assert got.consumed == s.consumed, f"{where}: {name} consumed={got.consumed}"
+        assert len(t.signal_wakes) == len(set(t.signal_wakes)), f"{where}: a key woke twice"
+        self.check_log(t, t.log, where)
+
+    def check_log(self, t: MTask, log: list[dict[str, Any]], where: str) -> None:
+        """What the task read equals the first delivered value; an expired key never yields
+        one; every key woke the task at most once."""
+        woken = [f"{e['wake']['signal']}/{e['wake']['key']}" for e in log if "signal" in e["wake"]]
+        assert len(woken) == len(set(woken)), f"{where}: a consumed key woke the task again"
+        for entry in log:
+            for name, read in entry["reads"].items():
+                if read is not None and read[0] == "value":
+                    assert read[1] == t.first_values.get(name), f"{where}: {name} read {read}"
+            assert entry["probe"] != "accepted", f"{where}: slept again on a used key"
+
+    def check_ended(self, t: MTask, record: Any, where: str) -> None:
+        state = record.state
+        assert isinstance(state, Terminal), f"{where}: engine has {state.status}"
+        assert record.signals == {} and record.memos == {}, where
+        kind, detail = t.outcome  # type: ignore[misc]
+        outcome = state.outcome
+        if kind == "completed":
+            assert isinstance(outcome, Completed), f"{where}: {outcome}"
+            assert outcome.result == detail, where
+            self.check_log(t, outcome.result["log"], where)
+        elif kind == "aborted":
+            assert isinstance(outcome, Aborted) and outcome.reason == detail, f"{where}: {outcome}"
+        else:
+            assert isinstance(outcome, Faulted) and outcome.error == detail, f"{where}: {outcome}"
+        assert self.harness.outcome(t.id) == outcome
+        # Ended tasks are closed to signals, whatever the value.
+        for value in ({"n": -1}, "x"):
+            got = self.run(self.harness.signal(t.id, TOKENS["A"], "s0k0", value))
+            assert got == SignalResult.CLOSED, f"{where}: signal after the end -> {got}"
+
+
+TestEngineModel = EngineMachine.TestCase
+TestEngineModel.settings = settings(
+    max_examples=2000 if LONG else 200,
+    stateful_step_count=30,
+    deadline=None,
+    derandomize=bool(os.environ.get("CI")),
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
