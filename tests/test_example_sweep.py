@@ -31,6 +31,7 @@ SWEPT = [
     "44_approval_gate",
     "45_review_on_yield",
     "46_after_tools_terminate",
+    "47_parallel_reads",
 ]
 
 

@@ -88,6 +88,12 @@ KEY_LINES: dict[str, list[str]] = {
         "user: Never mind, ship it",
         "ok: continue sent the agent back; a user message won over the reviewer",
     ],
+    "47_parallel_reads.py": [
+        "the model called: Read(",
+        "result of Read (vfs.read): '- faster resumes'",
+        "execution order: start read changes.md -> start read release-notes.md",
+        "ok: two reads in parallel, then the exclusive edit",
+    ],
     "46_after_tools_terminate.py": [
         "the supervisor says 'go on' -> delivered",
         "user: go on",
