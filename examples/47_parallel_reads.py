@@ -116,13 +116,18 @@ async def scenario(world: World) -> dict[str, Any]:
 
 
 def check(result: dict[str, Any], world: World) -> None:
-    """Both reads were in flight together; the edit ran alone, after both."""
+    """Both reads were in flight together; the edit ran alone, after both, at most once
+    (it is replay-unsafe: a crash after its intent ends it ``interrupted``)."""
     log = result["log"]
-    edit = log.index("edit release-notes.md")
-    assert max(log.index("end read changes.md"), log.index("end read release-notes.md")) < edit
+    assert log.count("edit release-notes.md") <= 1
+    if "edit release-notes.md" in log:
+        edit = log.index("edit release-notes.md")
+        assert all(i < edit for i, line in enumerate(log) if line.startswith("end read"))
     if world.crashes == 0:
         assert log[:2] == ["start read changes.md", "start read release-notes.md"]
-    assert result["answer"] == ("Changes: - faster resumes; old notes: v1; wrote 18 bytes")
+        assert result["answer"] == "Changes: - faster resumes; old notes: v1; wrote 18 bytes"
+    else:
+        assert result["answer"].startswith("Changes: - faster resumes; old notes: v1; ")
 
 
 if __name__ == "__main__":
