@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from bide import SQLiteStore, TaskRecord
+from bide import SQLiteStore, Store, TaskRecord
 from bide.testing import FaultyStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,19 +44,20 @@ def load(name: str):
     return module
 
 
-class Ledger(SQLiteStore):
-    """A SQLite store that checks, on every commit that lands, that no ended task is
-    written again (a call resolves exactly once)."""
+class Ledger:
+    """Wraps a store and checks, on every commit that lands, that no ended task is written
+    again (a call resolves exactly once)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
         self.ended: set[str] = set()
         self.resolved = 0
 
-    def commit(
-        self, session_id: str, expected_seq: int, writes: Sequence[TaskRecord], docs=()
-    ) -> int:
-        seq = super().commit(session_id, expected_seq, writes, docs)
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def commit(self, session_id, expected_seq, writes: Sequence[TaskRecord], docs=()) -> int:
+        seq = self.inner.commit(session_id, expected_seq, writes, docs)
         for record in writes:
             assert record.id not in self.ended, f"{record.id} written after it ended"
             if record.state.status == "terminal":
@@ -65,18 +66,20 @@ class Ledger(SQLiteStore):
         return seq
 
 
-def world_for(fail_at: int | None, when: str) -> tuple[World, FaultyStore, Ledger]:
-    ledger = Ledger()
+def world_for(
+    fail_at: int | None, when: str, backend: Callable[[], Store] = SQLiteStore
+) -> tuple[World, FaultyStore, Ledger]:
+    ledger = Ledger(backend())
     store = FaultyStore(ledger, fail_at=fail_at, when=when)  # type: ignore[arg-type]
     world = World(store, quiet=True)
     world.flags.add("crash-demo")  # the sweep places the crashes itself
     return world, store, ledger
 
 
-@pytest.mark.parametrize("name", SWEPT)
-def test_crash_at_every_write(name):
+def sweep(name: str, backend: Callable[[], Store] = SQLiteStore) -> int:
+    """Crash at every write of the example, before and after it lands; how many points."""
     module = load(name)
-    world, store, ledger = world_for(None, "before")
+    world, store, ledger = world_for(None, "before", backend)
     baseline = asyncio.run(run_resilient(module.scenario, world))
     module.check(baseline, world)
     writes = store.commits
@@ -84,7 +87,7 @@ def test_crash_at_every_write(name):
     points = 0
     for fail_at in range(1, writes + 1):
         for when in ("before", "after"):
-            world, store, ledger = world_for(fail_at, when)
+            world, store, ledger = world_for(fail_at, when, backend)
             result = asyncio.run(run_resilient(module.scenario, world))
             assert world.crashes == 1, (fail_at, when)
             module.check(result, world)
@@ -92,4 +95,37 @@ def test_crash_at_every_write(name):
             live = ledger.load("demo").tasks.values()
             assert all(r.state.status in ("sleeping", "waiting") for r in live), (fail_at, when)
             points += 1
-    print(f"{name}: {points} crash points, all recovered")
+    return points
+
+
+@pytest.mark.parametrize("name", SWEPT)
+def test_crash_at_every_write(name):
+    points = sweep(name)
+    print(f"{name}: {points} crash points on SQLite, all recovered")
+
+
+@pytest.mark.parametrize("name", ["40_tool_waits_for_webhook", "43_subagent_waits"])
+def test_crash_at_every_write_on_dynamodb(name):
+    """The same sweep on the DynamoDB store (moto): a new session id per run keeps runs apart
+    in one table."""
+    import threading
+
+    from aws_fixtures import LockedClient, aws_client, fake_aws_environment
+    from moto import mock_aws
+
+    from bide.store.dynamodb import DynamoDBStore, create_table
+
+    with fake_aws_environment(), mock_aws():
+        ddb = LockedClient(aws_client("dynamodb"), threading.Lock())
+        s3 = aws_client("s3")
+        s3.create_bucket(Bucket="sweep-offload")
+        tables = iter(range(10_000))
+
+        def backend() -> Store:
+            # each run gets its own table, so the fixed session id "demo" never collides
+            table = f"sweep-{next(tables)}"
+            create_table(ddb, table)
+            return DynamoDBStore(table, ddb, bucket="sweep-offload", s3_client=s3)
+
+        points = sweep(name, backend)
+    print(f"{name}: {points} crash points on DynamoDB (moto), all recovered")
