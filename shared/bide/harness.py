@@ -27,9 +27,9 @@ from .ids import IdSource, RandomIds, keyed_id
 from .records import TaskRecord
 from .rules import (
     SignalDecision,
-    cascade_pending,
     Wake,
     bump,
+    cascade_pending,
     compute_wake,
     decide_signal,
     descendants,
