@@ -53,7 +53,9 @@ class SchedulerAlarms:
             "Target": {
                 "Arn": self.queue_arn,
                 "RoleArn": self.role_arn,
-                "Input": json.dumps({"session_id": session_id, "reason": "alarm"}),
+                # The queue deduplicates by content for Scheduler's messages (Scheduler sends
+                # no deduplication id): the alarm time makes each arming's body distinct.
+                "Input": json.dumps({"session_id": session_id, "reason": "alarm", "at": at}),
                 "SqsParameters": {"MessageGroupId": session_id},
             },
         }

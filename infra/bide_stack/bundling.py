@@ -1,0 +1,375 @@
+"""Offline Lambda bundling without Docker.
+
+CDK's ``BundlingOptions(local=...)`` runs these bundlers on the synthesizing machine:
+
+* each function's code asset = its handler folder + the ``bide`` package + the app's own
+  modules (copied, no install);
+* one shared layer = the runtime dependencies, installed for Lambda's platform
+  (``manylinux2014_aarch64``, CPython 3.12) with ``uv pip`` or ``pip`` into ``python/``.
+
+Asset hashes are computed from the inputs (file contents, requirements, target platform), so
+an unchanged asset is not rebuilt in the same ``cdk.out`` and nothing nondeterministic leaks
+into the hash. Setting the context flag ``bide:skipBundling`` (or ``BIDE_SKIP_BUNDLING=1``)
+skips all of it: unit tests synthesize with plain source folders and never install anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import jsii
+from aws_cdk import aws_lambda as lambda_
+from constructs import IConstruct
+
+SKIP_BUNDLING_CONTEXT = "bide:skipBundling"
+SKIP_BUNDLING_ENV = "BIDE_SKIP_BUNDLING"
+#: A CPython 3.12 interpreter used to precompile bytecode (optional; see ``_compile``).
+BYTECODE_PYTHON_ENV = "BIDE_BYTECODE_PYTHON"
+
+# The target of every wheel: Lambda's python3.12 runtime on Graviton.
+PYTHON_VERSION = "3.12"
+PIP_PLATFORM = "manylinux2014_aarch64"
+UV_PLATFORM = "aarch64-manylinux2014"
+RUNTIME = lambda_.Runtime.PYTHON_3_12
+ARCHITECTURE = lambda_.Architecture.ARM_64
+
+# The Lambda runtime ships boto3/botocore; bundling our own would only add cold-start weight.
+_RUNTIME_PROVIDED_NAMES = frozenset({"boto3", "botocore"})
+DEFAULT_REQUIREMENTS = ("pydantic>=2.7", "aws-lambda-powertools>=3.0")
+TRACING_REQUIREMENTS = ("aws-xray-sdk",)
+
+# Bumped when the bundle layout changes, so old cached assets are not reused.
+_BUNDLE_FORMAT = "1"
+_IGNORED = ("__pycache__", "*.pyc", "*.pyo", ".pytest_cache", ".mypy_cache", ".ruff_cache")
+_PLACEHOLDER_DIR = Path(__file__).resolve().parent / "placeholder"
+
+
+def truthy(value: object) -> bool:
+    """Context values are JSON booleans in cdk.json and strings after ``-c key=value``."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in {"1", "true", "yes", "on"}
+
+
+def context_flag(scope: IConstruct, name: str, default: bool = False) -> bool:
+    """A boolean context value (``-c name=true`` or cdk.json), ``default`` when unset."""
+    value = scope.node.try_get_context(name)
+    return default if value is None else truthy(value)
+
+
+def skip_bundling_requested(scope: IConstruct) -> bool:
+    """True when the context flag or the environment variable asks to skip bundling."""
+    return context_flag(scope, SKIP_BUNDLING_CONTEXT) or truthy(
+        os.environ.get(SKIP_BUNDLING_ENV, "")
+    )
+
+
+# --- inputs ----------------------------------------------------------------------------------
+
+
+def _requirement_name(requirement: str) -> str:
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return _normalize(match.group(1)) if match else ""
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def runtime_requirements(
+    source_root: Path, *, tracing: bool = False, extra: Iterable[str] = ()
+) -> list[str]:
+    """The layer's requirements: the project's runtime dependencies (from pyproject.toml)
+    minus what the Lambda runtime provides, plus the X-Ray SDK when tracing, plus ``extra``."""
+    pyproject = source_root / "pyproject.toml"
+    declared: list[str] = list(DEFAULT_REQUIREMENTS)
+    if pyproject.is_file():
+        project = tomllib.loads(pyproject.read_text()).get("project", {})
+        declared = list(project.get("dependencies", declared))
+    wanted = [r for r in declared if _requirement_name(r) not in _RUNTIME_PROVIDED_NAMES]
+    if tracing:
+        wanted.extend(TRACING_REQUIREMENTS)
+    wanted.extend(extra)
+    return wanted
+
+
+def lock_constraints(source_root: Path) -> list[str]:
+    """``name==version`` pins from the project's hashed lock file, used as constraints so the
+    layer gets the versions the tests ran with. Names pinned twice (per-marker variants) are
+    left unpinned: markers would be judged against this machine's Python, not Lambda's."""
+    lock = source_root / "requirements.lock.txt"
+    if not lock.is_file():
+        return []
+    pins: dict[str, str] = {}
+    seen_twice: set[str] = set()
+    for line in lock.read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", line)
+        if not match:
+            continue
+        name = _normalize(match.group(1))
+        if name in pins:
+            seen_twice.add(name)
+        pins[name] = f"{name}=={match.group(2)}"
+    return [pin for name, pin in sorted(pins.items()) if name not in seen_twice]
+
+
+def fingerprint(copies: Sequence[tuple[Path, str]], *salt: str) -> str:
+    """A content hash of every file that a copy bundle will contain (paths and bytes)."""
+    digest = hashlib.sha256()
+    for part in (_BUNDLE_FORMAT, *salt):
+        digest.update(part.encode() + b"\0")
+    for source, destination in copies:
+        for path, relative in sorted(_files(source, destination), key=lambda item: item[1]):
+            digest.update(relative.encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _files(source: Path, destination: str) -> Iterable[tuple[Path, str]]:
+    if source.is_file():
+        yield source, str(Path(destination))
+        return
+    for path in source.rglob("*"):
+        relative = path.relative_to(source)
+        if path.is_file() and not _ignored(relative):
+            yield path, str(Path(destination) / relative)
+
+
+def _ignored(relative: Path) -> bool:
+    return any(
+        part in {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+        for part in relative.parts
+    ) or relative.suffix in {".pyc", ".pyo"}
+
+
+# --- bundlers --------------------------------------------------------------------------------
+
+
+@jsii.implements(cdk.ILocalBundling)
+class CopyBundler:
+    """Copies source folders/files into the asset: ``(source, destination)``; destination
+    ``"."`` puts a folder's contents at the asset root."""
+
+    def __init__(self, copies: Sequence[tuple[Path, str]], *, compile_bytecode: bool) -> None:
+        self.copies = list(copies)
+        self.compile_bytecode = compile_bytecode
+
+    def try_bundle(self, output_dir: str, *_options: Any, **_kw: Any) -> bool:
+        # The bundling options arrive from CDK; everything this bundler needs it already has.
+        out = Path(output_dir)
+        for source, destination in self.copies:
+            target = (out / destination).resolve()
+            if source.is_dir():
+                shutil.copytree(
+                    source, target, ignore=shutil.ignore_patterns(*_IGNORED), dirs_exist_ok=True
+                )
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+        if self.compile_bytecode:
+            _compile(out)
+        return True
+
+
+@jsii.implements(cdk.ILocalBundling)
+class LayerBundler:
+    """Installs requirements for Lambda's platform into ``<output>/python``."""
+
+    def __init__(
+        self, requirements: Sequence[str], constraints: Sequence[str], *, compile_bytecode: bool
+    ) -> None:
+        self.requirements = list(requirements)
+        self.constraints = list(constraints)
+        self.compile_bytecode = compile_bytecode
+
+    def try_bundle(self, output_dir: str, *_options: Any, **_kw: Any) -> bool:
+        # The bundling options arrive from CDK; everything this bundler needs it already has.
+        target = Path(output_dir) / "python"
+        target.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="bide-layer-") as scratch:
+            requirements = Path(scratch) / "requirements.txt"
+            constraints = Path(scratch) / "constraints.txt"
+            requirements.write_text("\n".join(self.requirements) + "\n")
+            constraints.write_text("\n".join(self.constraints) + "\n")
+            command, env = install_command(target, requirements, constraints)
+            print(
+                f"bide: installing layer dependencies with {Path(command[0]).name}", file=sys.stderr
+            )
+            result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(
+                "bide: installing the layer's dependencies failed "
+                f"({' '.join(command)}):\n{result.stderr[-4000:]}"
+            )
+        _tidy_install(target)
+        if self.compile_bytecode:
+            _compile(target)
+        print(f"bide: layer installed in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        return True
+
+
+def install_command(
+    target: Path, requirements: Path, constraints: Path
+) -> tuple[list[str], dict[str, str]]:
+    """The installer invocation: ``uv pip`` when uv is available (fast), else ``pip`` of the
+    running interpreter. Binary wheels only, for CPython 3.12 on manylinux2014 aarch64."""
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    uv = _find_uv()
+    # fmt: off
+    if uv is not None:
+        return [
+            uv, "pip", "install", "--python", sys.executable,
+            "--target", str(target),
+            "--python-platform", UV_PLATFORM, "--python-version", PYTHON_VERSION,
+            "--only-binary", ":all:", "--no-installer-metadata", "--quiet",
+            "-r", str(requirements), "-c", str(constraints),
+        ], env
+    if importlib.util.find_spec("pip") is not None:
+        return [
+            sys.executable, "-m", "pip", "install",
+            "--target", str(target),
+            "--platform", PIP_PLATFORM, "--implementation", "cp",
+            "--python-version", PYTHON_VERSION, "--only-binary=:all:",
+            "--no-compile", "--no-input", "--quiet",
+            "-r", str(requirements), "-c", str(constraints),
+        ], env
+    # fmt: on
+    raise RuntimeError(
+        "bide: bundling needs uv or pip (neither found): `python -m pip install uv`, or "
+        f"synthesize with -c {SKIP_BUNDLING_CONTEXT}=true for a non-deployable template"
+    )
+
+
+def _find_uv() -> str | None:
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("uv")
+
+
+def _tidy_install(target: Path) -> None:
+    # Console scripts carry this machine's interpreter path and are useless in Lambda;
+    # uv leaves a lock file behind.
+    shutil.rmtree(target / "bin", ignore_errors=True)
+    (target / ".lock").unlink(missing_ok=True)
+
+
+@functools.cache
+def _bytecode_python() -> str | None:
+    """A CPython 3.12 (same bytecode magic as Lambda's runtime), if this machine has one."""
+    candidates = [os.environ.get(BYTECODE_PYTHON_ENV), shutil.which("python3.12")]
+    for candidate in filter(None, candidates):
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == PYTHON_VERSION:
+            return candidate
+    return None
+
+
+def _compile(root: Path) -> None:
+    # Lambda's code and layer folders are read-only, so without shipped bytecode every cold
+    # start compiles every imported module. "unchecked-hash" .pyc files stay valid whatever
+    # the zip's timestamps are. Without a local 3.12 the bundle ships sources only.
+    python = _bytecode_python()
+    if python is None:
+        return
+    command = [python, "-m", "compileall", "-q", "-j", "0"]
+    subprocess.run([*command, "--invalidation-mode", "unchecked-hash", str(root)], check=True)
+
+
+@functools.cache
+def _warn_no_bytecode() -> None:
+    print(
+        f"bide: no Python {PYTHON_VERSION} found (set {BYTECODE_PYTHON_ENV}); "
+        "bundles ship sources without bytecode (slower cold starts)",
+        file=sys.stderr,
+    )
+
+
+# --- assets ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bundling:
+    """How a BideService builds its assets."""
+
+    skip: bool
+    compile_bytecode: bool = True
+
+    @property
+    def bytecode(self) -> bool:
+        """Whether bundles get .pyc files: asked for, and a Python 3.12 is at hand. Part of
+        every asset hash, so bundles with and without bytecode never share a hash."""
+        if not self.compile_bytecode:
+            return False
+        if _bytecode_python() is None:
+            _warn_no_bytecode()
+            return False
+        return True
+
+    def function_code(
+        self, handler_dir: Path, bide_dir: Path, app_paths: Sequence[Path]
+    ) -> lambda_.Code:
+        """The handler folder's files at the asset root, ``bide/`` and each app path."""
+        if self.skip:
+            # Nothing runs from this template: tolerate a handler folder that does not exist
+            # yet, so templates can be tested while the functions are being written.
+            source = handler_dir if handler_dir.is_dir() else _PLACEHOLDER_DIR
+            return lambda_.Code.from_asset(str(source))
+        if not (handler_dir / "handler.py").is_file():
+            raise FileNotFoundError(
+                f"no handler.py in {handler_dir}; bundling needs the function's code "
+                f"(or synthesize a template only with -c {SKIP_BUNDLING_CONTEXT}=true)"
+            )
+        copies = [(handler_dir, "."), (bide_dir, "bide"), *((p, p.name) for p in app_paths)]
+        _check_disjoint(handler_dir, [name for _, name in copies[1:]])
+        return lambda_.Code.from_asset(
+            str(handler_dir),
+            asset_hash=fingerprint(copies, f"bytecode={self.bytecode}"),
+            asset_hash_type=cdk.AssetHashType.CUSTOM,
+            bundling=cdk.BundlingOptions(
+                image=RUNTIME.bundling_image,
+                local=CopyBundler(copies, compile_bytecode=self.bytecode),
+            ),
+        )
+
+    def layer_code(self, requirements: Sequence[str], constraints: Sequence[str]) -> lambda_.Code:
+        """The dependencies under ``python/`` (where Lambda puts layers on ``sys.path``)."""
+        if self.skip:
+            return lambda_.Code.from_asset(str(_PLACEHOLDER_DIR))
+        salt = [PIP_PLATFORM, PYTHON_VERSION, f"bytecode={self.bytecode}", *requirements, "--"]
+        return lambda_.Code.from_asset(
+            str(_PLACEHOLDER_DIR),
+            asset_hash=hashlib.sha256("\n".join([*salt, *constraints]).encode()).hexdigest(),
+            asset_hash_type=cdk.AssetHashType.CUSTOM,
+            bundling=cdk.BundlingOptions(
+                image=RUNTIME.bundling_image,
+                local=LayerBundler(requirements, constraints, compile_bytecode=self.bytecode),
+            ),
+        )
+
+
+def _check_disjoint(handler_dir: Path, names: Sequence[str]) -> None:
+    clashes = sorted({n for n in names if (handler_dir / n).exists() or names.count(n) > 1})
+    if clashes:
+        raise ValueError(f"asset paths clash inside the function bundle: {', '.join(clashes)}")

@@ -1,0 +1,75 @@
+"""cdk-nag (AwsSolutions) acknowledgments for a BideService, each with its reason.
+
+cdk-nag 3 reads CDK's native ``Validations.of(construct).acknowledge(...)``. Findings with a
+detail (``AwsSolutions-IAM5[Resource::...]``) are acknowledged one by one, naming the exact
+resource, so a new wildcard anywhere else still fails the check.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import aws_cdk as cdk
+from constructs import IConstruct
+
+from bide.aws.constants import WEBHOOK_TOKEN_BYTES
+
+if TYPE_CHECKING:
+    from .service import BideService
+
+RUNTIME_REASON = (
+    "python3.12 is pinned on purpose: the dependency layer is built from cp312 manylinux2014 "
+    "aarch64 wheels (pydantic-core is compiled); runtime and wheels move together."
+)
+OBJECTS_REASON = (
+    "Records over the store's offload threshold go to S3 under content-addressed keys "
+    "<session>/<task>/<rev>-<sha>; the session id is only known at run time, so access is to "
+    "this one bucket's objects (s3:GetObject, s3:PutObject only: no delete, no listing, no "
+    "bucket-level actions)."
+)
+SCHEDULES_REASON = (
+    "One EventBridge Scheduler schedule per session, named at run time; the wildcard is limited "
+    "to the schedules of this service's own schedule group."
+)
+WEBHOOK_REASON = (
+    "Capability webhook: the path's unguessable token "
+    f"({WEBHOOK_TOKEN_BYTES * 8} random bits) is the credential, "
+    "resolved by the signal function to one session/task/signal/key; callers such as CI "
+    "systems and SaaS webhooks cannot sign SigV4. The stage is throttled and its access log "
+    "records the route key, never the path with the token."
+)
+XRAY_REASON = (
+    "X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level permissions; "
+    "added only when tracing is turned on."
+)
+
+
+def acknowledge(scope: IConstruct, rule: str, reason: str) -> None:
+    """Acknowledge one finding on ``scope`` and everything below it."""
+    cdk.Validations.of(scope).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
+
+
+def _ref(construct: IConstruct) -> str:
+    """How cdk-nag prints a reference to ``construct``'s CloudFormation resource."""
+    resource = construct.node.default_child
+    assert isinstance(resource, cdk.CfnElement)
+    return cdk.Stack.of(construct).get_logical_id(resource)
+
+
+def acknowledge_service(service: BideService) -> None:
+    """The AwsSolutions findings a BideService leaves, and why each is intended."""
+    bucket_objects = f"AwsSolutions-IAM5[Resource::<{_ref(service.bucket)}.Arn>/*]"
+    group_id = cdk.Stack.of(service).get_logical_id(service.schedule_group)
+    schedules = (
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:"
+        f"<AWS::AccountId>:schedule/<{group_id}>/*]"
+    )
+    for fn in (service.worker, service.signal_function, service.api_function):
+        acknowledge(fn, "AwsSolutions-L1", RUNTIME_REASON)
+        assert fn.role is not None
+        acknowledge(fn.role, bucket_objects, OBJECTS_REASON)
+        if service.tracing:
+            acknowledge(fn.role, "AwsSolutions-IAM5[Resource::*]", XRAY_REASON)
+    assert service.worker.role is not None
+    acknowledge(service.worker.role, schedules, SCHEDULES_REASON)
+    acknowledge(service.webhook_route, "AwsSolutions-APIG4", WEBHOOK_REASON)
