@@ -32,6 +32,13 @@ SWEPT = [
     "45_review_on_yield",
     "46_after_tools_terminate",
     "47_parallel_reads",
+    "52_deploy_with_approval",
+    "53_approval_deadline_escalation",
+    "54_render_video_webhook",
+    "55_refund_order_background",
+    "56_remind_me_later",
+    "57_remind_with_progress",
+    "58_devbox_background",
 ]
 
 

@@ -517,6 +517,8 @@ class Harness:
             if ready_to_settle(record, live):
                 assert isinstance(state, Completing)
                 d.put(bump(record, state=Terminal(outcome=state.outcome), memos={}, signals={}))
+                # A task waiting on this one can only be woken by the next pass.
+                self._truncated = True
                 continue
             if record.abort_marked:
                 if not runnable_for_abort(record, live):
@@ -553,6 +555,9 @@ class Harness:
                 owner = live[record.owner]  # type: ignore[index]
                 reason = owner.abort_reason if owner.abort_marked else "owner ended"
                 d.put(bump(record, abort_marked=True, abort_reason=reason))
+                # Marked in this commit, so not reserved by it: its abort (or the next level
+                # of the cascade) needs another pass before the session is parked.
+                self._truncated = True
 
     def _spawn(self, task_id: str, invocation: str) -> None:
         self._mine.add(invocation)
