@@ -106,9 +106,13 @@ test: venv
 	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
 
 DEMOS := $(sort $(wildcard examples/[0-9][0-9]_*.py))
+# The story first: the local stack end to end over HTTP (run_ci parks, a webhook resumes it);
+# then every engine example.
+DEMO_STORY := examples/demo_run_ci.py
 
 demo: venv
-	@$(CLEAN_AWS_ENV) for f in $(DEMOS); do echo "== $$f"; PYTHONPATH=shared $(BIN)/python "$$f"; done
+	@$(CLEAN_AWS_ENV) echo "== $(DEMO_STORY)"; PYTHONPATH=shared $(BIN)/python $(DEMO_STORY); \
+	for f in $(DEMOS); do echo; echo "== $$f"; PYTHONPATH=shared $(BIN)/python "$$f"; done
 
 bench: venv
 	@$(CLEAN_AWS_ENV) shopt -s nullglob; files=(bench/bench_*.py); \

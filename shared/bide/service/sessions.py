@@ -52,32 +52,37 @@ async def submit(
 ) -> Submission:
     """Submit input to the session's main conversation (idempotent by request id)."""
     _, conversations = await _attach(deps, session_id)
+    # Arm before the write (a crash in between never strands the input), and again after
+    # it, since the first wake may already have found nothing to do.
+    deps.queue.wake(session_id, "submit")
     try:
         submission = await conversations.submit(
             MAIN, content, request_id=request_id, when_busy=when_busy
         )
     except ConversationError as exc:
         raise SessionNotFound(f"no session {session_id!r}") from exc
-    deps.queue.wake(session_id, "submit")
+    deps.queue.wake(session_id, "submitted")
     return submission
 
 
 async def stop(deps: Deps, session_id: str) -> bool:
     """Stop the running generation (and with it tool calls and subagents)."""
     _, conversations = await _attach(deps, session_id)
+    deps.queue.wake(session_id, "stop")
     try:
         stopped = await conversations.stop(MAIN, "stopped by the user")
     except ConversationError as exc:
         raise SessionNotFound(f"no session {session_id!r}") from exc
-    deps.queue.wake(session_id, "stop")
+    deps.queue.wake(session_id, "stopped")
     return stopped
 
 
 async def cancel_task(deps: Deps, session_id: str, task_id: str) -> bool:
     """Abort one task (and its owned work)."""
     harness, _ = await _attach(deps, session_id)
-    cancelled = await harness.abort(task_id, "cancelled")
     deps.queue.wake(session_id, "cancel")
+    cancelled = await harness.abort(task_id, "cancelled")
+    deps.queue.wake(session_id, "cancelled")
     return cancelled
 
 

@@ -30,7 +30,12 @@ def deliver(
     Raises :class:`DefinitionError` when the app has no signal by that name."""
     token = deps.app.signal_token(signal)
     deps.queue.wake(session_id, "signal")
-    return deliver_signal(deps.store, session_id, task_id, token, key, value, deps.clock)
+    decision = deliver_signal(deps.store, session_id, task_id, token, key, value, deps.clock)
+    if decision.result is SignalResult.DELIVERED:
+        # No lost wakeup: the wake above may have reached a worker that found nothing, parked
+        # and exited before the value landed. Wake again now that the value is stored.
+        deps.queue.wake(session_id, "signal-stored")
+    return decision
 
 
 def parse_json_body(body: bytes, content_type: str | None) -> Any:

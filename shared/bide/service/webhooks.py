@@ -1,7 +1,9 @@
 """Capability webhooks: an unguessable URL bound to (session, task, signal, key).
 
-A token is ``<session id, base64url>.<secret>``; the session holds a binding document under
-the secret's SHA-256, so the token itself is never stored. A binding may require an
+A token is ``<session id, base64url>.<secret>`` with a secret of 192 random bits; the
+session's binding document is keyed by the secret's SHA-256, so the binding never holds the
+secret. (The minting call memoizes the secret, so a rerun hands out the same URL; memos end
+with the call.) A binding may require an
 HMAC-SHA256 signature over ``"<timestamp>.<body>"`` with a timestamp window.
 """
 
@@ -10,11 +12,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import secrets
 from typing import Any
 
 from pydantic import BaseModel
 
-from ..aws.constants import WEBHOOK_SIGNATURE_WINDOW_SECONDS
+from ..aws.constants import WEBHOOK_SIGNATURE_WINDOW_SECONDS, WEBHOOK_TOKEN_BYTES
 from ..signals import SignalToken
 
 
@@ -100,7 +103,9 @@ async def mint_webhook(
     """For a tool (``api`` is its ToolExecutionApi): a webhook that delivers its JSON body as
     ``token``'s signal under ``key`` to this call. A rerun gets the same URL (memoized)."""
     rt = api._rt
-    secret = await api.memo(f"bide.webhook.{token.name}/{key}", rt.new_id("") + rt.new_id(""))
+    secret = await api.memo(
+        f"bide.webhook.{token.name}/{key}", secrets.token_hex(WEBHOOK_TOKEN_BYTES)
+    )
     binding = WebhookBinding(
         session_id=rt.session_id,
         task_id=api.task_id,

@@ -1,0 +1,401 @@
+"""The ``bide`` command line (``python -m bide ...``).
+
+``bide dev`` runs the local stack. Every other command talks HTTP to a sessions API: the local
+stack (the default, ``http://127.0.0.1:8787``) or a deployed one (``--url https://...``; its
+requests are signed with SigV4 using your AWS credentials).
+
+Exit codes: 0 done; 1 the server refused the request (HTTP 4xx/5xx); 2 bad usage;
+3 the server could not be reached or the request could not be made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal as signals
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from .clock import SystemClock
+from .errors import BideError
+from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path_of
+from .local.render import render_session, when
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+DEFAULT_APP = "examples.agent_app:app"
+
+
+class CommandFailed(Exception):
+    """Ends a command with a message on stderr and an exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    # Accepted before and after the command name. A subcommand's copies default to SUPPRESS,
+    # so they never overwrite a value given before the command.
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    url = os.environ.get("BIDE_URL", DEFAULT_URL)
+    parser.add_argument(
+        "--url", default=default(url), help=f"the sessions API (default: $BIDE_URL or {url})"
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=default(False), help="print the raw JSON response"
+    )
+    parser.add_argument(
+        "--region",
+        default=default(None),
+        help="AWS region for SigV4 (default: from the URL, else $AWS_REGION)",
+    )
+    parser.add_argument(
+        "--sign",
+        action=argparse.BooleanOptionalAction,
+        default=default(None),
+        help="sign requests with SigV4 (default: for https URLs that are not 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=default(30.0), help="seconds to wait for an answer"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    parser = argparse.ArgumentParser(
+        prog="bide",
+        description="Durable agent sessions: run the local stack, read and drive sessions.",
+        epilog="Exit codes: 0 done, 1 refused by the server, 2 bad usage, 3 unreachable.",
+    )
+    _common(parser, suppress=False)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        _common(sub, suppress=True)
+        return sub
+
+    dev = commands.add_parser(
+        "dev",
+        help="run the local stack: API + webhooks on 127.0.0.1, worker, alarms, SQLite file",
+        description="Serve the sessions API and webhooks on 127.0.0.1 with the worker and "
+        "alarm clock in-process, storing everything in one SQLite file. Stop it any time: "
+        "parked work survives a restart.",
+    )
+    dev.add_argument("--port", type=int, default=8787, help="port on 127.0.0.1 (0: any free)")
+    dev.add_argument("--db", default=".bide/dev.sqlite", help="SQLite file (default %(default)s)")
+    dev.add_argument(
+        "--app",
+        default=os.environ.get("BIDE_APP", DEFAULT_APP),
+        help="module:attribute of the bide.App to serve (default: $BIDE_APP or %(default)s)",
+    )
+    dev.add_argument(
+        "--webhook-base-url",
+        default=os.environ.get("BIDE_WEBHOOK_BASE_URL"),
+        help="base URL put into minted webhooks (default: the server's own URL)",
+    )
+    dev.add_argument("--quiet", action="store_true", help="log warnings only")
+
+    create = command("create", "create a session (prints its id)")
+    create.add_argument("--session-id", help="the id to use (idempotent); default: a new one")
+
+    submit = command("submit", "submit user input to a session")
+    submit.add_argument("session")
+    submit.add_argument("text")
+    submit.add_argument("--request-id", help="idempotency key (default: a new one)")
+    submit.add_argument(
+        "--when-busy", choices=["follow_up", "steer", "reject"], default="follow_up"
+    )
+
+    show = command("show", "show a session: task tree, waits, tool slots, asks, transcript")
+    show.add_argument("session")
+    show.add_argument("--tail", type=int, default=6, help="transcript entries to show")
+
+    sig = command("signal", "deliver a signal value to a task (IAM-authorised route)")
+    sig.add_argument("session")
+    sig.add_argument("task")
+    sig.add_argument("signal", help="the signal's name, e.g. app.ci-result")
+    sig.add_argument("key", help="the key, e.g. done")
+    sig.add_argument("value", help="the value as JSON; @file reads a file, - reads stdin")
+
+    answer = command("answer", "answer a pending ask")
+    answer.add_argument("session")
+    answer.add_argument("ask", help="the ask's id (see bide show)")
+    answer.add_argument("text", nargs="?", default=None, help="a free-form answer")
+    answer.add_argument("--option", help="the id of the chosen option")
+
+    stop = command("stop", "stop a session's running generation")
+    stop.add_argument("session")
+
+    cancel = command("cancel", "cancel one task (and what it owns)")
+    cancel.add_argument("session")
+    cancel.add_argument("task")
+    return parser
+
+
+# --- commands talking to the API ---------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> ApiClient:
+    return ApiClient(args.url, sign=args.sign, region=args.region, timeout=args.timeout)
+
+
+def _send(args: argparse.Namespace, method: str, path: str, body: Any = None) -> ApiResponse:
+    response = _client(args).request(method, path, body)
+    if args.json:
+        print(json.dumps(response.body, indent=2, sort_keys=True))
+    if not response.ok:
+        raise CommandFailed(
+            f"{method} {path} -> HTTP {response.status}: {response.message}", EXIT_REFUSED
+        )
+    return response
+
+
+def cmd_create(args: argparse.Namespace) -> None:
+    """POST /sessions."""
+    body = {"session_id": args.session_id} if args.session_id else {}
+    response = _send(args, "POST", "/sessions", body)
+    if not args.json:
+        found = response.body.get("session_id") if isinstance(response.body, dict) else None
+        print(found or response.message)
+
+
+def cmd_submit(args: argparse.Namespace) -> None:
+    """POST /sessions/{id}/inputs."""
+    request_id = args.request_id or "r-" + secrets.token_hex(8)
+    body = {"content": args.text, "request_id": request_id, "when_busy": args.when_busy}
+    response = _send(args, "POST", path_of("sessions", args.session, "inputs"), body)
+    if not args.json:
+        data = response.body if isinstance(response.body, dict) else {}
+        submission = data.get("submission", data)
+        status = submission.get("status", "accepted") if isinstance(submission, dict) else ""
+        print(f"submission {submission.get('id', request_id)}: {status}")
+
+
+def cmd_show(args: argparse.Namespace) -> None:
+    """GET /sessions/{id}, drawn as a tree."""
+    response = _send(args, "GET", path_of("sessions", args.session))
+    if not args.json:
+        view = response.body if isinstance(response.body, dict) else {}
+        if "asks" not in view:
+            view = {**view, **_workflow_view(args)}
+        print(render_session(view, SystemClock().now(), tail=args.tail))
+
+
+def _workflow_view(args: argparse.Namespace) -> dict[str, Any]:
+    # Pending asks and sign-ins live beside the session view (GET /sessions/{id}/workflow)
+    # on servers that have workflow tools; a server without that route simply has none.
+    found = _client(args).request("GET", path_of("sessions", args.session, "workflow"))
+    if not found.ok or not isinstance(found.body, dict):
+        return {}
+    return {k: found.body[k] for k in ("asks", "authorizations") if k in found.body}
+
+
+def read_value(text: str, stdin: TextIO | None = None) -> Any:
+    """A JSON value from the command line: literal JSON, ``@file`` or ``-`` (stdin)."""
+    source = "the value"
+    if text == "-":
+        text, source = (stdin or sys.stdin).read(), "stdin"
+    elif text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            text, source = path.read_text(), str(path)
+        except OSError as exc:
+            raise CommandFailed(f"cannot read {path}: {exc.strerror}", EXIT_USAGE) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandFailed(
+            f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            'quote it for the shell, e.g. \'{"status": "passed"}\'',
+            EXIT_USAGE,
+        ) from None
+
+
+def cmd_signal(args: argparse.Namespace) -> None:
+    """POST /sessions/{id}/tasks/{task}/signals/{signal}/{key}."""
+    value = read_value(args.value)
+    path = path_of("sessions", args.session, "tasks", args.task, "signals", args.signal, args.key)
+    response = _client(args).request("POST", path, value)
+    if args.json:
+        print(json.dumps(response.body, indent=2, sort_keys=True))
+    data = response.body if isinstance(response.body, dict) else {}
+    result = data.get("result")
+    if not args.json:
+        detail = "" if response.ok or result is None else f": {response.message}"
+        errors = data.get("errors") or []
+        print(f"{result or 'error'} (HTTP {response.status}){detail}")
+        for error in errors if isinstance(errors, list) else []:
+            print(f"  {error}")
+    if not response.ok:
+        if result is None:
+            raise CommandFailed(
+                f"POST {path} -> HTTP {response.status}: {response.message}", EXIT_REFUSED
+            )
+        raise CommandFailed("", EXIT_REFUSED)
+
+
+def cmd_answer(args: argparse.Namespace) -> None:
+    """POST /sessions/{id}/asks/{ask}/answer, when the server has that route."""
+    if args.text is None and args.option is None:
+        raise CommandFailed("give the answer's text, --option ID, or both", EXIT_USAGE)
+    body = {k: v for k, v in {"text": args.text, "option_id": args.option}.items() if v}
+    path = path_of("sessions", args.session, "asks", args.ask, "answer")
+    response = _client(args).request("POST", path, body)
+    if response.status in (404, 405) and _route_missing(response):
+        raise CommandFailed(
+            f"answering asks is not supported by this server ({args.url} has no route "
+            f"POST /sessions/{{session_id}}/asks/{{ask_id}}/answer)",
+            EXIT_REFUSED,
+        )
+    if args.json:
+        print(json.dumps(response.body, indent=2, sort_keys=True))
+    if not response.ok:
+        raise CommandFailed(
+            f"POST {path} -> HTTP {response.status}: {response.message}", EXIT_REFUSED
+        )
+    if not args.json:
+        data = response.body if isinstance(response.body, dict) else {}
+        print(f"{data.get('result', 'answered')} (HTTP {response.status})")
+
+
+def _route_missing(response: ApiResponse) -> bool:
+    # A router's generic "not found" (no route) rather than a handler's "no such ask".
+    return response.status == 405 or response.message.strip().lower() in (
+        "not found",
+        "not found.",
+        "route not found",
+        "no such route",
+    )
+
+
+def cmd_stop(args: argparse.Namespace) -> None:
+    """POST /sessions/{id}/stop."""
+    response = _send(args, "POST", path_of("sessions", args.session, "stop"))
+    if not args.json:
+        data = response.body if isinstance(response.body, dict) else {}
+        print("stopped" if data.get("stopped", True) else "nothing was running")
+
+
+def cmd_cancel(args: argparse.Namespace) -> None:
+    """POST /sessions/{id}/tasks/{task}/cancel."""
+    response = _send(args, "POST", path_of("sessions", args.session, "tasks", args.task, "cancel"))
+    if not args.json:
+        data = response.body if isinstance(response.body, dict) else {}
+        print("cancelled" if data.get("cancelled", True) else "the task had already ended")
+
+
+# --- bide dev -------------------------------------------------------------------------------------
+
+
+def cmd_dev(args: argparse.Namespace) -> None:
+    """Run the local stack until SIGINT/SIGTERM."""
+    from .app import load_app
+
+    _local_logging(quiet=args.quiet)
+    # `--app mymodule:app` should find modules in the current directory, as `python -m` does.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        app = load_app(args.app)
+    except BideError as exc:
+        hint = " (run from the repository root, or pass --app)" if args.app == DEFAULT_APP else ""
+        raise CommandFailed(f"{exc}{hint}", EXIT_USAGE) from None
+    asyncio.run(_serve(app, args))
+
+
+def _local_logging(*, quiet: bool) -> None:
+    """Logs to stderr (stdout carries only the server's own lines), no EMF metric blobs: they
+    are for CloudWatch, and locally would only flood the terminal (set
+    ``POWERTOOLS_METRICS_DISABLED=false`` to see them)."""
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    from .service import observability  # configures the "bide" logger (JSON lines)
+
+    root = logging.getLogger(observability.logger.name)
+    for handler in root.handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+    if quiet:
+        root.setLevel(logging.WARNING)
+
+
+async def _serve(app: Any, args: argparse.Namespace) -> None:
+    from .local.stack import LocalStack, LocalStackError
+
+    stack = LocalStack(app, args.db, port=args.port, webhook_base_url=args.webhook_base_url)
+    try:
+        await stack.start()
+    except LocalStackError as exc:
+        raise CommandFailed(str(exc), EXIT_UNREACHABLE) from None
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signals.SIGINT, signals.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
+            loop.add_signal_handler(signum, stopping.set)
+    alarms = stack.alarms.alarms()
+    print(
+        f"bide dev: listening on {stack.url}  app={args.app}  db={args.db}  "
+        f"queued wakes={len(stack.queue.queued())}  alarms={len(alarms)}"
+        + (f" (next {when(alarms[0].at, SystemClock().now())})" if alarms else ""),
+        flush=True,
+    )
+    serving = asyncio.ensure_future(stack.serve_forever())
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({serving, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        serving.cancel()
+        await asyncio.gather(serving, stop, return_exceptions=True)
+        await stack.close()
+        print("bide dev: stopped", flush=True)
+    if serving.done() and not serving.cancelled() and serving.exception() is not None:
+        raise CommandFailed(f"the local stack failed: {serving.exception()}", EXIT_UNREACHABLE)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "dev": cmd_dev,
+    "create": cmd_create,
+    "submit": cmd_submit,
+    "show": cmd_show,
+    "signal": cmd_signal,
+    "answer": cmd_answer,
+    "stop": cmd_stop,
+    "cancel": cmd_cancel,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        COMMANDS[args.command](args)
+    except CommandFailed as exc:
+        if str(exc):
+            print(f"bide {args.command}: {exc}", file=sys.stderr)
+        return exc.code
+    except ClientError as exc:
+        print(f"bide {args.command}: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `bide show ... | head`: the reader left. Point stdout at devnull so the interpreter's
+        # final flush does not raise again, and end quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    return EXIT_OK

@@ -1,0 +1,172 @@
+"""Text views of what the sessions API returns, for the CLI and the demo.
+
+:func:`render_session` draws a session view (``GET /sessions/{id}``) as a tree of tasks by
+owner, each with its status, ``until`` (UTC and relative to now), the signal keys it sleeps
+on, its wait policy; then live tool slots, pending asks and sign-ins (when the server reports
+any) and the tail of the transcript. Unknown fields are ignored, so newer servers still render.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+TEXT_WIDTH = 100
+
+
+def when(at: float | None, now: float) -> str:
+    """``2026-01-01 02:00:00 UTC (in 1h 59m)``, or ``never`` for None."""
+    if at is None:
+        return "never"
+    moment = datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"{moment} ({relative(at - now)})"
+
+
+def relative(seconds: float) -> str:
+    """``in 1h 59m`` / ``3m 10s ago`` / ``now``."""
+    if abs(seconds) < 0.5:
+        return "now"
+    span = _span(abs(seconds))
+    return f"in {span}" if seconds > 0 else f"{span} ago"
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 3600:  # to the minute: "2h 0m", not "1h 59m" for 1h 59m 59.9s
+        hours, minutes = divmod(round(seconds / 60), 60)
+        days, hours = divmod(hours, 24)
+        return f"{days}d {hours}h" if days else f"{hours}h {minutes}m"
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
+def _clip(text: str, width: int = TEXT_WIDTH) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def call_text(tool: Mapping[str, Any]) -> str:
+    """``run_ci(ref='main')``."""
+    arguments = tool.get("arguments") or {}
+    if isinstance(arguments, Mapping):
+        args = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    else:
+        args = repr(arguments)
+    return f"{tool.get('name', '?')}({args})"
+
+
+def task_line(node: Mapping[str, Any], now: float) -> str:
+    """One task: id, what it is, status and what it waits for."""
+    parts = [str(node.get("id", "?"))]
+    if isinstance(node.get("tool"), Mapping):
+        parts.append(f"tool {call_text(node['tool'])}")
+    else:
+        parts.append(str(node.get("kind", "?")))
+    status = str(node.get("status", "?"))
+    if node.get("abort_marked"):
+        status += " (abort-marked)"
+    parts.append(status)
+    if node.get("phase"):
+        parts.append(f"phase={node['phase']}")
+    # A sleep without a deadline waits for its signals however long it takes: say so.
+    if node.get("until") is not None or node.get("status") == "sleeping":
+        parts.append(f"until {when(node.get('until'), now)}")
+    keys = node.get("keys") or []
+    if keys:
+        parts.append("on " + ", ".join(f"{k.get('signal')}/{k.get('key')}" for k in keys))
+    if node.get("policy"):
+        on = node.get("on") or []
+        parts.append(f"policy={node['policy']} on {len(on)} task{'s' if len(on) != 1 else ''}")
+    return "  ".join(parts)
+
+
+def task_tree(tasks: Sequence[Mapping[str, Any]], now: float) -> list[str]:
+    """The tasks as a tree by owner (tasks whose owner is not live are roots)."""
+    ids = {t.get("id") for t in tasks}
+    children: dict[Any, list[Mapping[str, Any]]] = {}
+    for task in tasks:
+        owner = task.get("owner") if task.get("owner") in ids else None
+        children.setdefault(owner, []).append(task)
+    lines: list[str] = []
+
+    def walk(owner: Any, prefix: str) -> None:
+        kids = children.get(owner, [])
+        for index, node in enumerate(kids):
+            last = index == len(kids) - 1
+            lines.append(prefix + ("└─ " if last else "├─ ") + task_line(node, now))
+            walk(node.get("id"), prefix + ("   " if last else "│  "))
+
+    walk(None, "")
+    return lines
+
+
+def entry_line(entry: Mapping[str, Any]) -> str:
+    """One transcript entry."""
+    kind = str(entry.get("type", "?"))
+    text = str(entry.get("text") or "")
+    if kind == "assistant":
+        calls = entry.get("tool_calls") or []
+        if calls:
+            text = (text + " " if text else "") + " ".join(
+                "-> " + call_text(c) for c in calls if isinstance(c, Mapping)
+            )
+    elif kind == "tool_result":
+        kind = "tool"
+        name = entry.get("name")
+        text = (f"{name}: " if name else "") + text + ("  [error]" if entry.get("is_error") else "")
+    return f"{kind:<10} {_clip(text)}"
+
+
+def render_session(view: Mapping[str, Any], now: float, *, tail: int = 6) -> str:
+    """The session view as text (see the module docstring)."""
+    lines = [f"session {view.get('session_id', '?')}"]
+    running = view.get("running")
+    if running is not None:
+        lines.append(f"conversation: {'running' if running else 'idle'}")
+    wake = view.get("wake")
+    if isinstance(wake, Mapping):
+        lines.append(f"wake(): active={wake.get('active')}  at={when(wake.get('at'), now)}")
+    tasks = [t for t in view.get("tasks") or [] if isinstance(t, Mapping)]
+    lines.append("tasks:" if tasks else "tasks: none live")
+    lines += ["  " + line for line in task_tree(tasks, now)]
+    slots = view.get("slots")
+    if slots is None:
+        slots = [t for t in tasks if isinstance(t.get("tool"), Mapping)]
+    if slots:
+        lines.append("live tool slots:")
+        for slot in slots:
+            tool = slot.get("tool") if isinstance(slot.get("tool"), Mapping) else slot
+            lines.append(f"  {call_text(tool)}  {slot.get('status', '?')}  task {slot.get('id')}")
+    asks = view.get("asks") or view.get("pending_asks") or []
+    if asks:
+        lines.append("pending asks:")
+        for ask in asks:
+            lines.append("  " + _ask_line(ask))
+    sign_ins = [a for a in view.get("authorizations") or [] if isinstance(a, Mapping)]
+    if sign_ins:
+        lines.append("pending sign-ins:")
+        for auth in sign_ins:
+            lines.append(
+                f"  {auth.get('id', '?')}: {auth.get('provider', '?')}  task {auth.get('task_id')}"
+            )
+    entries = [e for e in view.get("entries") or [] if isinstance(e, Mapping)]
+    if entries:
+        shown = entries[-tail:] if tail > 0 else []
+        lines.append(f"transcript (last {len(shown)} of {len(entries)}):")
+        lines += ["  " + entry_line(e) for e in shown]
+    return "\n".join(lines)
+
+
+def _ask_line(ask: Any) -> str:
+    if not isinstance(ask, Mapping):
+        return _clip(json.dumps(ask))
+    ident = ask.get("id") or ask.get("ask_id") or "?"
+    prompt = ask.get("prompt") or ask.get("question") or ""
+    options = ask.get("options") or []
+    labels = [
+        str(o.get("id", o.get("label", "?"))) if isinstance(o, Mapping) else str(o) for o in options
+    ]
+    suffix = f"  options: {', '.join(labels)}" if labels else ""
+    task = f"  task {ask['task_id']}" if ask.get("task_id") else ""
+    return f"{ident}: {_clip(str(prompt), 60)}{suffix}{task}"

@@ -1,0 +1,225 @@
+"""A function's configuration: environment variables read and validated once per cold start,
+and the :class:`~bide.service.deps.Deps` built from them.
+
+Every function needs ``BIDE_APP``, ``BIDE_TABLE``, ``BIDE_BUCKET`` and
+``BIDE_WAKE_QUEUE_URL``. The scheduler variables (``BIDE_WAKE_QUEUE_ARN``,
+``BIDE_SCHEDULE_GROUP``, ``BIDE_SCHEDULER_ROLE_ARN``) come together or not at all; only the
+worker arms alarms, so only the worker requires them (``deps_from_env(require_alarms=True)``).
+AWS clients are created on first use and once per process: a function that never arms an
+alarm never pays for a Scheduler client.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..app import load_app
+from ..aws.constants import (
+    DEFAULT_SAFETY_MARGIN_MS,
+    ENV_APP,
+    ENV_BUCKET,
+    ENV_QUEUE_ARN,
+    ENV_QUEUE_URL,
+    ENV_SAFETY_MARGIN_MS,
+    ENV_SCHEDULE_GROUP,
+    ENV_SCHEDULER_ROLE_ARN,
+    ENV_TABLE,
+    ENV_TRACING,
+    ENV_WEBHOOK_BASE_URL,
+)
+from ..errors import BideError
+from .deps import Deps
+
+# Field of Settings <- environment variable, with what the variable must hold (for messages).
+_ENV: dict[str, tuple[str, str]] = {
+    "app": (ENV_APP, "'package.module:attribute' naming the bide.App to run"),
+    "table": (ENV_TABLE, "the DynamoDB table of sessions"),
+    "bucket": (ENV_BUCKET, "the S3 bucket for large values"),
+    "queue_url": (ENV_QUEUE_URL, "the URL of the SQS FIFO wake queue"),
+    "queue_arn": (ENV_QUEUE_ARN, "the ARN of the same queue (the Scheduler's target)"),
+    "schedule_group": (ENV_SCHEDULE_GROUP, "the EventBridge Scheduler group of session alarms"),
+    "scheduler_role_arn": (ENV_SCHEDULER_ROLE_ARN, "the role the Scheduler assumes to send"),
+    "webhook_base_url": (ENV_WEBHOOK_BASE_URL, "the public base URL of the HTTP API"),
+    "tracing": (ENV_TRACING, "'1' to turn X-Ray tracing on, '0' or unset for off"),
+    "safety_margin_ms": (ENV_SAFETY_MARGIN_MS, "milliseconds before the timeout to stop"),
+}
+_ALARM_FIELDS = ("queue_arn", "schedule_group", "scheduler_role_arn")
+
+
+class ConfigError(BideError):
+    """The function's environment is incomplete or invalid; the message names each variable
+    and says why. Fix the deployment: retrying cannot help."""
+
+
+class Settings(BaseModel):
+    """What a function reads from its environment (see :func:`settings_from_env`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    app: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+    table: str = Field(min_length=3, max_length=255)
+    bucket: str = Field(min_length=3, max_length=63)
+    queue_url: str = Field(pattern=r"^https?://\S+$")
+    queue_arn: str | None = Field(default=None, pattern=r"^arn:[\w-]+:sqs:\S+\.fifo$")
+    schedule_group: str | None = Field(default=None, min_length=1, max_length=64)
+    scheduler_role_arn: str | None = Field(default=None, pattern=r"^arn:[\w-]+:iam::\S+$")
+    webhook_base_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
+    tracing: bool = False
+    safety_margin_ms: int = Field(default=DEFAULT_SAFETY_MARGIN_MS, ge=0, le=900_000)
+
+    @model_validator(mode="after")
+    def _alarms_all_or_nothing(self) -> Self:
+        given = [name for name in _ALARM_FIELDS if getattr(self, name) is not None]
+        if given and len(given) != len(_ALARM_FIELDS):
+            missing = ", ".join(_ENV[n][0] for n in _ALARM_FIELDS if n not in given)
+            raise ValueError(f"the scheduler settings come together: also set {missing}")
+        return self
+
+    @property
+    def has_alarms(self) -> bool:
+        """Whether the Scheduler settings are present (the worker needs them)."""
+        return self.schedule_group is not None
+
+
+def settings_from_env(
+    environ: Mapping[str, str] | None = None, *, require_alarms: bool = False
+) -> Settings:
+    """Read and validate the settings; raises :class:`ConfigError` naming each bad or
+    missing variable. Empty variables count as unset."""
+    env = os.environ if environ is None else environ
+    raw: dict[str, Any] = {}
+    for name, (var, _) in _ENV.items():
+        value = env.get(var, "").strip()
+        if value:
+            raw[name] = value
+    if "tracing" in raw:
+        # Only "1" switches tracing on; anything but "0" is a typo worth refusing.
+        if raw["tracing"] not in ("0", "1"):
+            raise ConfigError(f"{ENV_TRACING}={raw['tracing']!r}: must be '1' or '0'")
+        raw["tracing"] = raw["tracing"] == "1"
+    try:
+        settings = Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    if require_alarms and not settings.has_alarms:
+        names = ", ".join(_ENV[n][0] for n in _ALARM_FIELDS)
+        raise ConfigError(f"this function arms alarms: set {names}")
+    return settings
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        if field in _ENV:
+            var, meaning = _ENV[field]
+            problems.append(f"{var} ({meaning}): {error['msg']}")
+        else:
+            problems.append(str(error["msg"]).removeprefix("Value error, "))
+    return "invalid function configuration: " + "; ".join(problems)
+
+
+class LazyClient:
+    """A boto3 client created on first use (then shared by every user in the process), so
+    importing and configuring a function costs no client it never calls."""
+
+    def __init__(self, service: str, *, sdk_retries: bool = True) -> None:
+        self.service = service
+        self.sdk_retries = sdk_retries
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.client, name)
+
+    @property
+    def client(self) -> Any:
+        """The real client (created now if needed)."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = _new_client(self.service, sdk_retries=self.sdk_retries)
+        return self._client
+
+
+def _new_client(service: str, *, sdk_retries: bool) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    # The DynamoDB store runs its own retry loop (it decides what is safe to resend), so its
+    # clients make one attempt each; SQS and Scheduler calls use the SDK's standard retries.
+    attempts = 3 if sdk_retries else 1
+    config = Config(
+        retries={"mode": "standard", "total_max_attempts": attempts},
+        connect_timeout=5,
+        read_timeout=10,
+    )
+    return boto3.client(service, config=config)  # type: ignore[call-overload]
+
+
+class _AlarmsNotConfigured:
+    """Stands in for the Scheduler in functions that never arm (signal, api)."""
+
+    def arm(self, session_id: str, at: float) -> None:
+        """Refuse: this function has no scheduler settings."""
+        raise ConfigError(_no_alarms())
+
+    def disarm(self, session_id: str) -> None:
+        """Refuse: this function has no scheduler settings."""
+        raise ConfigError(_no_alarms())
+
+
+def _no_alarms() -> str:
+    names = ", ".join(_ENV[n][0] for n in _ALARM_FIELDS)
+    return f"this function cannot arm alarms: set {names}"
+
+
+def deps_from_env(
+    environ: Mapping[str, str] | None = None,
+    *,
+    require_alarms: bool = False,
+    settings: Settings | None = None,
+) -> Deps:
+    """Build a function's :class:`Deps` from its environment (or from ``settings``): the
+    DynamoDB store (S3 offload to the bucket; commit conflicts counted), the SQS wake queue,
+    Scheduler alarms when configured, and the app named by ``BIDE_APP``."""
+    from ..aws.scheduler import SchedulerAlarms
+    from ..aws.sqs import SqsWakeQueue
+    from ..store.dynamodb import DynamoDBStore
+    from .observability import ObservedStore
+
+    if settings is None:
+        settings = settings_from_env(environ, require_alarms=require_alarms)
+    store = DynamoDBStore(
+        settings.table,
+        client=LazyClient("dynamodb", sdk_retries=False),  # type: ignore[arg-type]
+        bucket=settings.bucket,
+        s3_client=LazyClient("s3", sdk_retries=False),  # type: ignore[arg-type]
+    )
+    alarms: Any = _AlarmsNotConfigured()
+    if settings.has_alarms:
+        assert settings.schedule_group and settings.queue_arn and settings.scheduler_role_arn
+        alarms = SchedulerAlarms(
+            LazyClient("scheduler"),
+            group=settings.schedule_group,
+            queue_arn=settings.queue_arn,
+            role_arn=settings.scheduler_role_arn,
+        )
+    try:
+        app = load_app(settings.app)
+    except BideError as exc:
+        raise ConfigError(f"{ENV_APP}={settings.app!r}: {exc}") from exc
+    return Deps(
+        store=ObservedStore(store),
+        alarms=alarms,
+        queue=SqsWakeQueue(LazyClient("sqs"), settings.queue_url),
+        app=app,
+        webhook_base_url=settings.webhook_base_url.rstrip("/"),
+    )

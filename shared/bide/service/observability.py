@@ -1,0 +1,163 @@
+"""Logs, metrics and (opt-in) traces of the host services, on Powertools.
+
+* :data:`logger`: a Powertools Logger; :func:`correlated` adds ``session_id``/``task_id`` to
+  every line logged inside it.
+* :func:`count`: an EMF count metric (namespace :data:`~bide.aws.constants.METRICS_NAMESPACE`),
+  optionally with dimensions; :func:`flush` writes what was counted (the entry points in
+  :mod:`bide.service.http` flush once per call).
+* :class:`ObservedStore`: a store wrapper that counts commit conflicts.
+* :func:`lambda_entry`: what every Lambda handler is wrapped in. The X-Ray tracer is added
+  only when ``BIDE_TRACING=1``: importing and starting it costs hundreds of milliseconds of
+  cold start, so nobody pays for it by default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
+    AmazonCloudWatchEMFProvider,
+)
+
+from ..aws.constants import ENV_TRACING, METRICS_NAMESPACE, SERVICE_NAME
+from ..errors import ConflictError
+from ..records import TaskRecord
+from ..store.base import Doc, SessionSnapshot, Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+logger = Logger(service=SERVICE_NAME)
+"""The services' logger (JSON lines; level from ``POWERTOOLS_LOG_LEVEL``)."""
+
+# Metric names, so dashboards and alarms (infra/) and the code agree.
+WAKES = "Wakes"  # dimension reason: why a worker ran
+PARKS = "Parks"  # worker runs that ended with nothing runnable
+WORKER_ACTIONS = "WorkerActions"  # dimension action: requeued | armed | disarmed
+WORKER_FAILURES = "WorkerFailures"  # runs that raised; SQS redelivers their wake
+MALFORMED_WAKES = "MalformedWakes"  # wake messages that could never run (dropped)
+SIGNAL_RESULTS = "SignalResults"  # dimensions result, route
+COMMIT_CONFLICTS = "CommitConflicts"  # commits refused because another writer got there first
+
+# One EMF provider per distinct dimension set: a dimension applies to a whole EMF blob, so
+# counts with different dimensions must be separate blobs. Built on first use, dropped at flush.
+_blobs: dict[tuple[tuple[str, str], ...], AmazonCloudWatchEMFProvider] = {}
+
+
+def count(name: str, value: float = 1, **dimensions: str) -> None:
+    """Add ``value`` to the count metric ``name`` under ``dimensions`` (keep their values to a
+    small fixed set: every distinct value is a separate CloudWatch metric)."""
+    key = tuple(sorted(dimensions.items()))
+    blob = _blobs.get(key)
+    if blob is None:
+        blob = AmazonCloudWatchEMFProvider(namespace=METRICS_NAMESPACE, service=SERVICE_NAME)
+        for dimension, dimension_value in key:
+            blob.add_dimension(name=dimension, value=dimension_value)
+        _blobs[key] = blob
+    blob.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+def flush() -> None:
+    """Write every counted metric as EMF to stdout (CloudWatch picks it up from the log) and
+    start afresh. Nothing is written when nothing was counted."""
+    blobs = list(_blobs.values())
+    _blobs.clear()
+    for blob in blobs:
+        if blob.metric_set:
+            blob.flush_metrics()
+
+
+def bounded(value: str, allowed: frozenset[str], other: str = "other") -> str:
+    """``value`` if it is one of ``allowed``, else ``other``: a dimension's values must stay
+    few, whatever a message claims."""
+    return value if value in allowed else other
+
+
+@contextmanager
+def correlated(**keys: str | None) -> Iterator[None]:
+    """Log lines inside carry ``keys`` (None values are skipped); earlier values of the same
+    keys come back afterwards."""
+    present = {k: v for k, v in keys.items() if v is not None}
+    before = logger.get_current_keys()
+    logger.append_keys(**present)
+    try:
+        yield
+    finally:
+        logger.remove_keys(list(present))
+        restore = {k: before[k] for k in present if k in before}
+        if restore:
+            logger.append_keys(**restore)
+
+
+class ObservedStore:
+    """A :class:`~bide.store.Store` that counts commit conflicts (a concurrent writer won;
+    the caller reloads). Everything else passes straight through."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+
+    def load(self, session_id: str) -> SessionSnapshot:
+        """See :meth:`bide.store.Store.load`."""
+        return self.inner.load(session_id)
+
+    def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
+        """See :meth:`bide.store.Store.get_task`."""
+        return self.inner.get_task(session_id, task_id)
+
+    def head(self, session_id: str) -> int:
+        """See :meth:`bide.store.Store.head`."""
+        return self.inner.head(session_id)
+
+    def commit(
+        self,
+        session_id: str,
+        expected_seq: int,
+        writes: Sequence[TaskRecord],
+        docs: Sequence[Doc] = (),
+    ) -> int:
+        """See :meth:`bide.store.Store.commit`; a conflict is counted, then raised."""
+        try:
+            return self.inner.commit(session_id, expected_seq, writes, docs)
+        except ConflictError:
+            count(COMMIT_CONFLICTS)
+            raise
+
+    def get_doc(self, session_id: str, key: str) -> Doc | None:
+        """See :meth:`bide.store.Store.get_doc`."""
+        return self.inner.get_doc(session_id, key)
+
+    def list_docs(
+        self,
+        session_id: str,
+        prefix: str,
+        *,
+        start_after: str | None = None,
+        limit: int | None = None,
+    ) -> list[Doc]:
+        """See :meth:`bide.store.Store.list_docs`."""
+        return self.inner.list_docs(session_id, prefix, start_after=start_after, limit=limit)
+
+    def close(self) -> None:
+        """See :meth:`bide.store.Store.close`."""
+        self.inner.close()
+
+
+def tracing_enabled() -> bool:
+    """Whether ``BIDE_TRACING=1`` asks for X-Ray tracing."""
+    return os.environ.get(ENV_TRACING, "").strip() == "1"
+
+
+def lambda_entry(handler: F) -> F:
+    """Wrap a Lambda handler: Lambda context in every log line (state cleared per
+    invocation) and, only when :func:`tracing_enabled`, an X-Ray trace of the invocation."""
+    wrapped: Any = logger.inject_lambda_context(handler, clear_state=True)
+    if tracing_enabled():
+        # Imported here: the X-Ray SDK is the most expensive import of a cold start.
+        from aws_lambda_powertools import Tracer
+
+        wrapped = Tracer(service=SERVICE_NAME).capture_lambda_handler(wrapped)
+    return wrapped  # type: ignore[no-any-return]

@@ -1,0 +1,357 @@
+"""The signal function: synthetic API Gateway v2 events against moto.
+
+Every signal result by task id, capability webhooks minted by a tool (signature, replay
+window, size, type and JSON checks, each refusal storing nothing), and arm-before-signal."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+
+import pytest
+
+# Before importing them: their asserts get pytest's messages (other modules register the same).
+pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
+from aws_fixtures import unique  # noqa: E402
+from handler_fixtures import (  # noqa: E402
+    REPLY,
+    WEBHOOK_BASE,
+    Bench,
+    aws_fixture,
+    bench_fixture,
+    hook_event,
+    http_event,
+    response_json,
+    run,
+    signal_event,
+)
+
+from bide.service import signals as signals_service  # noqa: E402
+from bide.service.http import handle_signal  # noqa: E402
+from bide.service.webhooks import binding_key, make_token, parse_token, sign  # noqa: E402
+
+__all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to find
+
+SIGNAL = REPLY.name
+JSON_TYPE = {"content-type": "application/json"}
+
+
+def post(b: Bench, event: dict) -> tuple[int, dict]:
+    response = run(handle_signal(b.deps, event, None))
+    assert response["headers"]["Content-Type"] == "application/json"
+    return response["statusCode"], response_json(response)
+
+
+def parked_napper(b: Bench, rounds=None) -> tuple[str, str]:
+    sid = unique("s")
+    task_id = b.start_napper(rounds or [{"keys": ["k"]}], sid)
+    b.drain()
+    assert b.task(sid, task_id).state.status == "sleeping"
+    return sid, task_id
+
+
+def outcome(b: Bench, sid: str, task_id: str):
+    record = b.task(sid, task_id)
+    assert record.state.status == "terminal", record.state
+    return record.state.outcome
+
+
+# --- by task id: every result ----------------------------------------------------------------
+
+
+def test_delivered_is_202_and_the_worker_consumes_the_value(bench: Bench) -> None:
+    sid, task_id = parked_napper(bench)
+    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))
+    assert (status, body) == (202, {"result": "delivered", "errors": []})
+    assert {w["session_id"] for w in bench.queued()} == {sid}
+    bench.drain()
+    assert outcome(bench, sid, task_id).result["values"] == {"k": "hi"}
+
+
+def test_duplicate_is_200_and_keeps_the_first_value(bench: Bench) -> None:
+    sid, task_id = parked_napper(bench)
+    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "first"}))[0] == 202
+    seq = bench.seq(sid)
+    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "second"}))
+    assert (status, body) == (200, {"result": "duplicate", "errors": []})
+    assert bench.seq(sid) == seq
+    bench.drain()
+    assert outcome(bench, sid, task_id).result["values"] == {"k": "first"}
+
+
+def test_invalid_is_422_naming_each_field_and_stores_nothing(bench: Bench) -> None:
+    sid, task_id = parked_napper(bench)
+    seq = bench.seq(sid)
+    event = signal_event(sid, task_id, SIGNAL, "k", {"text": 5, "score": "high"})
+    status, body = post(bench, event)
+    assert status == 422 and body["result"] == "invalid"
+    assert {e["field"] for e in body["errors"]} == {"text", "score"}
+    assert all(e["message"] for e in body["errors"])
+    assert bench.seq(sid) == seq
+    assert bench.task(sid, task_id).signals == {}
+
+
+def test_closed_is_410_for_an_ended_task_and_after_a_passed_deadline(bench: Bench) -> None:
+    sid, task_id = parked_napper(bench)
+    post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "done"}))
+    bench.drain()
+    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "late"}))
+    assert (status, body["result"]) == (410, "closed")
+
+    # The deadline passed but no worker has run yet: the key is closed all the same.
+    sid, task_id = parked_napper(bench, [{"keys": ["k"], "after": 60}])
+    bench.clock.advance(61)
+    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "late"}))
+    assert (status, body["result"]) == (410, "closed")
+    # No value is stored; the key is closed for good, so no later answer can contradict this.
+    slot = bench.task(sid, task_id).signals[f"{SIGNAL}/k"]
+    assert slot.expired and not slot.has_value
+    bench.fire_alarm(sid)
+    bench.drain()
+    assert outcome(bench, sid, task_id).result["wake"] == {"reason": "expired"}
+
+
+def test_not_found_is_404(bench: Bench) -> None:
+    sid, _ = parked_napper(bench)
+    status, body = post(bench, signal_event(sid, "t-nope", SIGNAL, "k", {"text": "x"}))
+    assert (status, body) == (404, {"result": "not_found", "errors": []})
+    status, body = post(bench, signal_event(unique("s"), "t-1", SIGNAL, "k", {"text": "x"}))
+    assert (status, body["result"]) == (404, "not_found")
+
+
+def test_unknown_signal_name_is_404_with_a_clear_message_and_no_wake(bench: Bench) -> None:
+    sid, task_id = parked_napper(bench)
+    seq = bench.seq(sid)
+    status, body = post(bench, signal_event(sid, task_id, "no.such", "k", {"text": "x"}))
+    assert status == 404
+    assert "no signal named 'no.such'" in body["error"]
+    assert bench.seq(sid) == seq and bench.queued() == []
+
+
+def test_base64_encoded_body_is_decoded(bench: Bench) -> None:
+    sid, task_id = parked_napper(bench)
+    event = signal_event(sid, task_id, SIGNAL, "k", {"text": "b64"}, base64_body=True)
+    assert post(bench, event) == (202, {"result": "delivered", "errors": []})
+    bench.drain()
+    assert outcome(bench, sid, task_id).result["values"] == {"k": "b64"}
+
+
+def test_percent_encoded_path_segments_are_decoded(bench: Bench) -> None:
+    sid, task_id = parked_napper(bench, [{"keys": ["a key"]}])
+    event = signal_event(sid, task_id, SIGNAL, "a%20key", {"text": "spaced"})
+    assert post(bench, event)[0] == 202
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "message"),
+    [
+        ({"raw": "{not json", "headers": {"content-type": "application/json"}}, 400, "JSON"),
+        ({"raw": '{"text": "x"}', "headers": {"content-type": "text/plain"}}, 415, "content"),
+        ({"raw": '{"text": "x"}'}, 415, "none"),
+        ({"raw": "x" * (256 * 1024 + 1), "headers": JSON_TYPE}, 413, "limit"),
+        ({"raw": b"\xff\xfe", "base64_body": True, "headers": JSON_TYPE}, 400, "JSON"),
+    ],
+)
+def test_bad_bodies_get_a_clear_4xx_and_store_nothing(
+    bench: Bench, change: dict, status: int, message: str
+) -> None:
+    sid, task_id = parked_napper(bench)
+    seq = bench.seq(sid)
+    path = f"/sessions/{sid}/tasks/{task_id}/signals/{SIGNAL}/k"
+    got, body = post(bench, http_event("POST", path, **change))
+    assert got == status and message in body["error"]
+    assert bench.seq(sid) == seq and bench.queued() == []
+
+
+def test_a_body_marked_base64_that_is_not_is_400(bench: Bench) -> None:
+    sid, task_id = parked_napper(bench)
+    event = signal_event(sid, task_id, SIGNAL, "k", {"text": "x"}, base64_body=True)
+    event["body"] = "%%%not base64"
+    status, body = post(bench, event)
+    assert status == 400 and "base64" in body["error"]
+    assert bench.queued() == []
+
+
+def test_wrong_method_and_unknown_routes_are_4xx(bench: Bench) -> None:
+    sid, task_id = parked_napper(bench)
+    path = f"/sessions/{sid}/tasks/{task_id}/signals/{SIGNAL}/k"
+    assert post(bench, http_event("GET", path))[0] == 405
+    assert post(bench, http_event("POST", "/sessions/x/elsewhere", body={}))[0] == 404
+    assert post(bench, http_event("POST", "/hooks", body={}))[0] == 404
+    bad_session = signal_event("a session", task_id, SIGNAL, "k", {"text": "x"})
+    assert post(bench, bad_session)[0] == 404
+    long_key = signal_event(sid, task_id, SIGNAL, "k" * 300, {"text": "x"})
+    assert post(bench, long_key)[0] == 400
+    assert bench.queued() == []
+
+
+# --- capability webhooks ----------------------------------------------------------------------
+
+
+def parked_hook(b: Bench, **arguments) -> tuple[str, str, str]:
+    """A tool call parked on a webhook it minted: (session, task, token)."""
+    sid = unique("s")
+    task_id = b.start_tool("await_hook", arguments, sid)
+    b.drain()
+    assert b.task(sid, task_id).state.status == "sleeping"
+    hook = b.probe.minted[task_id]
+    return sid, task_id, hook.token
+
+
+def tool_text(b: Bench, sid: str, task_id: str) -> str:
+    return outcome(b, sid, task_id).result["content"][0]["text"]
+
+
+def test_a_tool_mints_an_unguessable_webhook_whose_token_is_not_stored(bench: Bench) -> None:
+    sid, task_id, token = parked_hook(bench)
+    hook = bench.probe.minted[task_id]
+    assert hook.url == f"{WEBHOOK_BASE}/hooks/{token}"
+    session, secret = parse_token(token)
+    assert session == sid
+    assert re.fullmatch(r"[0-9a-f]{32,}", secret) and len(secret) * 4 >= 128
+    # The binding is stored under the secret's digest. The secret itself lives only in the
+    # call's memo (so a rerun hands out the same URL), and memos end with the call.
+    assert bench.store.get_doc(sid, binding_key(secret)) is not None
+    # Another call gets another secret.
+    _, _, other = parked_hook(bench)
+    assert parse_token(other)[1] != secret
+    assert post(bench, hook_event(token, '{"text": "x"}', headers=JSON_TYPE))[0] == 202
+    bench.drain()
+    items = bench.ddb.scan(TableName=bench.table)["Items"]
+    assert secret not in json.dumps(items)
+
+
+def test_webhook_delivers_its_json_body(bench: Bench) -> None:
+    sid, task_id, token = parked_hook(bench)
+    status, body = post(bench, hook_event(token, '{"text": "green"}', headers=JSON_TYPE))
+    assert (status, body) == (202, {"result": "delivered", "errors": []})
+    bench.drain()
+    assert tool_text(bench, sid, task_id) == "hook said green"
+    # The call ended: its webhook is closed.
+    status, body = post(bench, hook_event(token, '{"text": "again"}', headers=JSON_TYPE))
+    assert (status, body["result"]) == (410, "closed")
+
+
+def test_webhook_body_failing_the_schema_is_422_with_fields(bench: Bench) -> None:
+    sid, _, token = parked_hook(bench)
+    seq = bench.seq(sid)
+    event = hook_event(token, '{"score": 1}', headers={"content-type": "application/json"})
+    status, body = post(bench, event)
+    assert status == 422 and [e["field"] for e in body["errors"]] == ["text"]
+    assert bench.seq(sid) == seq
+
+
+def signed(b: Bench, body: bytes, secret: str, at: float | None = None) -> dict[str, str]:
+    timestamp = str(int(b.clock.now() if at is None else at))
+    return {
+        "content-type": "application/json",
+        "x-bide-timestamp": timestamp,
+        "x-bide-signature": sign(secret, timestamp, body),
+    }
+
+
+def test_signed_webhook_with_a_good_signature_is_delivered(bench: Bench) -> None:
+    bench.probe.hmac_secret = secrets.token_hex(16)
+    sid, task_id, token = parked_hook(bench, signed=True)
+    body = b'{"text": "signed"}'
+    headers = signed(bench, body, bench.probe.hmac_secret)
+    status, _ = post(bench, hook_event(token, body, headers=headers))
+    assert status == 202
+    bench.drain()
+    assert tool_text(bench, sid, task_id) == "hook said signed"
+
+
+def test_webhook_refusals_store_nothing_and_queue_no_wake(bench: Bench) -> None:
+    secret = bench.probe.hmac_secret = secrets.token_hex(16)
+    sid, task_id, token = parked_hook(bench, signed=True)
+    seq = bench.seq(sid)
+    body = b'{"text": "x"}'
+    now = bench.clock.now()
+    other_token = f"{token.split('.')[0]}.{secrets.token_hex(32)}"
+    cases = [
+        ("missing signature", token, body, JSON_TYPE, 401, "X-Bide"),
+        ("bad signature", token, body, signed(bench, body, "wrong"), 401, "does not match"),
+        ("signed another body", token, body, signed(bench, b"{}", secret), 401, "does not match"),
+        ("replayed: old timestamp", token, body, signed(bench, body, secret, now - 301), 401,
+         "window"),
+        ("future timestamp", token, body, signed(bench, body, secret, now + 301), 401, "window"),
+        ("oversized", token, b"x" * (256 * 1024 + 1), JSON_TYPE, 413, "limit"),
+        ("unknown token", other_token, body, signed(bench, body, secret), 404, "unknown"),
+        ("garbage token", "garbage", body, JSON_TYPE, 404, "unknown"),
+        ("no session has that id", make_token("x" * 3000, "0" * 64), body, JSON_TYPE, 404,
+         "unknown"),
+    ]  # fmt: skip
+    for name, used_token, raw, headers, status, message in cases:
+        got, answer = post(bench, hook_event(used_token, raw, headers=headers))
+        assert (got, message in answer["error"]) == (status, True), (name, answer)
+        assert bench.seq(sid) == seq, name
+    assert bench.queued() == []
+    assert bench.task(sid, task_id).signals == {}
+
+
+def test_unsigned_webhook_type_and_json_checks(bench: Bench) -> None:
+    sid, _, token = parked_hook(bench)
+    seq = bench.seq(sid)
+    cases = [
+        (hook_event(token, '{"text": "x"}', headers={"content-type": "text/plain"}), 415),
+        (hook_event(token, '{"text": "x"}'), 415),
+        (hook_event(token, "{oops", headers={"content-type": "application/json"}), 400),
+        (hook_event(token, "", headers={"content-type": "application/json"}), 400),
+    ]
+    for event, status in cases:
+        assert post(bench, event)[0] == status
+    assert bench.seq(sid) == seq and bench.queued() == []
+    # A charset parameter is fine.
+    charset = {"content-type": "application/json; charset=utf-8"}
+    event = hook_event(token, '{"text": "ok"}', headers=charset)
+    assert post(bench, event)[0] == 202
+
+
+# --- arm before signal ------------------------------------------------------------------------
+
+
+def test_the_wake_is_queued_before_the_value_is_stored(bench: Bench, monkeypatch) -> None:
+    sid, task_id = parked_napper(bench)
+    seq = bench.seq(sid)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("the signal function died here")
+
+    monkeypatch.setattr(signals_service, "deliver_signal", crash)
+    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "lost?"}))
+    assert status == 500 and "internal" in body["error"]
+    assert bench.seq(sid) == seq  # nothing stored
+    assert bench.queued() == [{"session_id": sid, "reason": "signal"}]  # but a wake is armed
+    bench.drain()  # harmless: nothing runnable
+    assert bench.seq(sid) == seq
+    monkeypatch.undo()
+    # The sender retries (it got a 5xx): the value lands and the task completes.
+    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "retried"}))[0] == 202
+    bench.drain()
+    assert outcome(bench, sid, task_id).result["values"] == {"k": "retried"}
+
+
+def test_a_busy_store_is_503_with_retry_after(bench: Bench, monkeypatch) -> None:
+    from bide.errors import StoreUnavailable
+
+    sid, task_id = parked_napper(bench)
+
+    def busy(*args, **kwargs):
+        raise StoreUnavailable("throttled 8 times")
+
+    monkeypatch.setattr(signals_service, "deliver_signal", busy)
+    event = signal_event(sid, task_id, SIGNAL, "k", {"text": "x"})
+    response = run(handle_signal(bench.deps, event, None))
+    assert response["statusCode"] == 503 and response["headers"]["Retry-After"] == "1"
+
+
+def test_signal_results_are_counted_as_emf(bench: Bench, capsys) -> None:
+    sid, task_id = parked_napper(bench)
+    capsys.readouterr()
+    post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))
+    post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))
+    blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    counted = {(b["result"], b["route"]): b["SignalResults"] for b in blobs if "SignalResults" in b}
+    assert counted == {("delivered", "signal"): [1.0], ("duplicate", "signal"): [1.0]}
+    assert all(b["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Bide" for b in blobs)

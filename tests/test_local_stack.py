@@ -1,0 +1,650 @@
+"""The local stack: HTTP server -> API Gateway v2 events -> the Lambda handlers, the in-process
+worker (one per session at a time), the local alarm clock, and a restart that loses nothing.
+
+Every request goes to 127.0.0.1; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from bide import ManualClock, SQLiteStore
+from bide.agent import Agent
+from bide.agent.providers import ModelRequest, ToolResultMessage
+from bide.agent.providers.scripted import ScriptedProvider, call_tool, reply
+from bide.app import App
+from bide.local import LocalAlarms, LocalDb, LocalStack, LocalWakeQueue
+from bide.local.client import ApiClient
+from bide.local.events import ROUTES, find_route, http_api_event, sqs_event
+from bide.local.queue import WakeMessage
+from bide.local.thread import BackgroundStack
+from bide.tools import Sleep, ToolRegistry, define_tool
+from examples.agent_app import CI_DEADLINE_SECONDS, CI_INBOX, build_app
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSED = {"status": "passed", "log_url": "https://ci.example/build-7"}
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def wait_for(probe, what: str, timeout: float = 10.0):
+    """Poll ``probe()`` until it returns something truthy; fail after ``timeout`` seconds."""
+    give_up = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < give_up:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}; last saw {last!r}")
+
+
+def create(client: ApiClient) -> str:
+    response = client.request("POST", "/sessions", {})
+    assert response.status in (200, 201), response
+    return str(response.body["session_id"])
+
+
+def submit(client: ApiClient, sid: str, text: str, request_id: str = "r-1") -> None:
+    body = {"content": text, "request_id": request_id, "when_busy": "follow_up"}
+    response = client.request("POST", f"/sessions/{sid}/inputs", body)
+    assert response.ok, response
+
+
+def view(client: ApiClient, sid: str) -> dict[str, Any]:
+    response = client.request("GET", f"/sessions/{sid}")
+    assert response.status == 200, response
+    return response.body
+
+
+def parked_tool(client: ApiClient, sid: str) -> dict[str, Any] | None:
+    tools = [t for t in view(client, sid)["tasks"] if t.get("tool") and t["status"] == "sleeping"]
+    return tools[0] if tools else None
+
+
+def finished(client: ApiClient, sid: str) -> dict[str, Any] | None:
+    found = view(client, sid)
+    last = found["entries"][-1] if found["entries"] else {}
+    done = not found["tasks"] and last.get("type") == "assistant" and not last.get("tool_calls")
+    return found if done else None
+
+
+def webhook_url(db_path: str, sid: str) -> str:
+    store = SQLiteStore(db_path)
+    try:
+        [doc] = store.list_docs(sid, CI_INBOX)
+    finally:
+        store.close()
+    return str(doc.body["webhook_url"])
+
+
+def post_json(url: str, value: Any) -> tuple[int, Any]:
+    request = urllib.request.Request(url, data=json.dumps(value).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "dev.sqlite")
+
+
+# --- the story -------------------------------------------------------------------------------
+
+
+def test_the_run_ci_story_over_http(db: str) -> None:
+    with BackgroundStack(LocalStack(build_app(), db, port=0)) as stack:
+        client = ApiClient(stack.url)
+        sid = create(client)
+        submit(client, sid, "Fix the flaky test and verify it")
+
+        # The agent called run_ci; the tool parked on the webhook's signal with a 2h deadline.
+        tool = wait_for(lambda: parked_tool(client, sid), "run_ci to park")
+        assert tool["tool"] == {"name": "run_ci", "arguments": {"ref": "main"}}
+        assert tool["keys"] == [{"signal": "app.ci-result", "key": "done"}]
+        assert stack.settle(5)
+        parked = view(client, sid)
+        assert parked["wake"]["active"] is False
+        assert parked["wake"]["at"] == tool["until"]
+        assert tool["until"] == pytest.approx(time.time() + CI_DEADLINE_SECONDS, abs=30)
+
+        # Nothing runs: no worker, no wake queued; one alarm, at wake().at.
+        status = stack.status()
+        assert status["workers_running"] == []
+        assert status["wakes_queued"] == []
+        assert status["alarms"] == [{"session_id": sid, "at": tool["until"]}]
+
+        # The CI calls the capability webhook over HTTP.
+        url = webhook_url(db, sid)
+        assert url.startswith(stack.url + "/hooks/")
+        assert post_json(url, PASSED)[0] == 202
+
+        # The session resumed and the model received the result.
+        done = wait_for(lambda: finished(client, sid), "the final answer")
+        types = [e["type"] for e in done["entries"]]
+        assert types == ["user", "assistant", "tool_result", "assistant"]
+        assert done["entries"][2]["text"] == "CI passed on main: https://ci.example/build-7"
+        assert "CI passed on main" in done["entries"][3]["text"]
+        assert stack.settle(5)
+        assert stack.status()["alarms"] == []  # disarmed: nothing left to wake for
+
+        # A replayed webhook finds the call ended.
+        status_code, body = post_json(url, PASSED)
+        assert (status_code, body["result"]) == (410, "closed")
+
+
+def test_the_status_route_is_local_only_and_unknown_routes_are_404(db: str) -> None:
+    with BackgroundStack(LocalStack(build_app(), db, port=0)) as stack:
+        client = ApiClient(stack.url)
+        assert client.request("GET", "/_local/status").status == 200
+        missing = client.request("GET", "/nowhere")
+        assert (missing.status, missing.body) == (404, {"message": "Not Found"})
+        # The webhook route takes POST only, as on API Gateway.
+        assert client.request("GET", "/hooks/abc").status == 404
+
+
+# --- alarms --------------------------------------------------------------------------------
+
+
+class NapArgs(BaseModel):
+    seconds: float
+
+
+async def nap(args: NapArgs, api: Any) -> Any:
+    if api.wake is not None:
+        return f"woke: {api.wake.reason}"
+    return Sleep(checkpoint={}, until=api.now() + args.seconds)
+
+
+def napping_app(seconds: float) -> App:
+    def model(request: ModelRequest):
+        last = request.messages[-1]
+        if isinstance(last, ToolResultMessage):
+            return reply(f"rested ({last.text})")
+        return call_tool("nap", {"seconds": seconds}, id="nap-1")
+
+    tools = ToolRegistry([define_tool("nap", "Sleep a while", NapArgs, nap)])
+    return App(tools=tools, agent=Agent(ScriptedProvider(model), tools))
+
+
+def test_a_timed_park_is_woken_by_the_local_alarm(db: str) -> None:
+    with BackgroundStack(LocalStack(napping_app(0.4), db, port=0)) as stack:
+        client = ApiClient(stack.url)
+        sid = create(client)
+        submit(client, sid, "take a nap")
+        tool = wait_for(lambda: parked_tool(client, sid), "nap to park")
+        assert tool["keys"] == [] and tool["until"] is not None
+        assert wait_for(lambda: stack.status()["alarms"], "the alarm") == [
+            {"session_id": sid, "at": tool["until"]}
+        ]
+        done = wait_for(lambda: finished(client, sid), "the alarm to wake the session", 10)
+        assert done["entries"][-1]["text"] == "rested (woke: time)"
+        assert stack.settle(5)
+        assert stack.status()["alarms"] == []
+
+
+def test_local_alarms_arm_replace_disarm_and_fire(tmp_path: Path) -> None:
+    clock = ManualClock()
+    woken: list[tuple[str, str]] = []
+
+    class Queue:
+        def wake(self, session_id: str, reason: str) -> None:
+            woken.append((session_id, reason))
+
+    alarms = LocalAlarms(LocalDb(str(tmp_path / "a.sqlite")), Queue(), clock)
+    alarms.arm("s1", clock.now() + 60)
+    alarms.arm("s1", clock.now() + 30)  # one alarm per session: replaced
+    alarms.arm("s2", clock.now() + 90)
+    alarms.arm("s3", clock.now() + 10)
+    alarms.disarm("s3")
+    alarms.disarm("nobody")  # a missing alarm is fine
+    assert [(a.session_id, a.at - clock.now()) for a in alarms.alarms()] == [
+        ("s1", 30),
+        ("s2", 90),
+    ]
+    assert alarms.fire_due() == []
+    clock.advance(30)
+    assert alarms.fire_due() == ["s1"]
+    assert woken == [("s1", "alarm")]
+    assert alarms.armed_at("s1") is None  # fired alarms delete themselves
+    # They live in the file: a new process sees them.
+    again = LocalAlarms(LocalDb(str(tmp_path / "a.sqlite")), Queue(), clock)
+    assert again.armed_at("s2") == clock.now() + 60
+
+
+# --- the wake queue ----------------------------------------------------------------------------
+
+
+def test_the_queue_runs_one_worker_per_session_and_sessions_side_by_side(tmp_path: Path) -> None:
+    async def go() -> None:
+        queue = LocalWakeQueue(LocalDb(str(tmp_path / "q.sqlite")), ManualClock())
+        running: dict[str, int] = {}
+        most: dict[str, int] = {}
+        both = asyncio.Event()
+        batches: list[list[str]] = []
+
+        async def handler(event: dict[str, Any]) -> dict[str, Any]:
+            [sid] = {r["attributes"]["MessageGroupId"] for r in event["Records"]}
+            batches.append([json.loads(r["body"])["reason"] for r in event["Records"]])
+            running[sid] = running.get(sid, 0) + 1
+            most[sid] = max(most.get(sid, 0), running[sid])
+            if len([s for s, n in running.items() if n]) == 2:
+                both.set()
+            await asyncio.wait_for(both.wait(), 5)
+            await asyncio.sleep(0.02)
+            running[sid] -= 1
+            return {"batchItemFailures": []}
+
+        runner = asyncio.ensure_future(queue.run(handler))
+        queue.wake("a", "submit")
+        queue.wake("b", "submit")
+        await asyncio.wait_for(both.wait(), 5)  # both first batches are running
+        queue.wake("a", "signal")  # arrives while a's worker runs: waits for it
+        queue.wake("a", "alarm")
+        assert await queue.drained(5)
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        assert most == {"a": 1, "b": 1}  # never two workers on one session
+        assert both.is_set()  # but two sessions at once
+        assert ["signal", "alarm"] in batches  # the later wakes of "a": one batch, in order
+        assert queue.queued() == []
+
+    asyncio.run(go())
+
+
+def test_failed_wakes_are_retried_then_dead_lettered(tmp_path: Path) -> None:
+    async def go() -> None:
+        queue = LocalWakeQueue(
+            LocalDb(str(tmp_path / "q.sqlite")),
+            ManualClock(),
+            max_receives=2,
+            retry_base_seconds=0.0,
+        )
+        seen: list[str] = []
+
+        async def handler(event: dict[str, Any]) -> dict[str, Any]:
+            seen.extend(r["attributes"]["ApproximateReceiveCount"] for r in event["Records"])
+            return {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
+
+        runner = asyncio.ensure_future(queue.run(handler))
+        queue.wake("a", "submit")
+        assert await queue.drained(5)
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        assert seen == ["1", "2"]
+        assert queue.queued() == [] and queue.dead_letters() == 1
+
+    asyncio.run(go())
+
+
+def test_wakes_taken_by_a_dead_process_run_after_a_restart(tmp_path: Path) -> None:
+    path = str(tmp_path / "q.sqlite")
+    clock = ManualClock()
+    first = LocalWakeQueue(LocalDb(path), clock)
+    first.wake("a", "submit")
+    assert [m.session_id for m in first._take("a", clock.now())] == ["a"]  # taken, then died
+
+    async def go() -> list[str]:
+        second = LocalWakeQueue(LocalDb(path), clock)
+        assert second.release_abandoned() == 1
+        handled: list[str] = []
+
+        async def handler(event: dict[str, Any]) -> None:
+            handled.extend(r["attributes"]["MessageGroupId"] for r in event["Records"])
+
+        runner = asyncio.ensure_future(second.run(handler))
+        assert await second.drained(5)
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        return handled
+
+    assert asyncio.run(go()) == ["a"]
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+def test_routes_match_the_deployed_http_api() -> None:
+    signal_route = "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}"
+    cases = {
+        ("POST", "/hooks/tok.en"): ("POST /hooks/{token}", {"token": "tok.en"}),
+        ("POST", "/sessions/s%2F1/tasks/t-1/signals/app.ci-result/done"): (
+            signal_route,
+            {"session_id": "s/1", "task_id": "t-1", "signal": "app.ci-result", "key": "done"},
+        ),
+        ("GET", "/sessions/s1/tasks/t-1/signals/app.ci-result/done"): (
+            "ANY /sessions/{proxy+}",
+            {"proxy": "s1/tasks/t-1/signals/app.ci-result/done"},
+        ),
+        ("POST", "/sessions"): ("ANY /sessions", {}),
+        ("GET", "/sessions/s1"): ("ANY /sessions/{proxy+}", {"proxy": "s1"}),
+    }
+    for (method, path), (key, params) in cases.items():
+        found = find_route(method, path)
+        assert found is not None, (method, path)
+        assert (found[0].key, found[1]) == (key, params)
+    for method, path in [
+        ("GET", "/hooks/x"),
+        ("POST", "/hooks"),
+        ("POST", "/hooks/a/b"),
+        ("GET", "/"),
+    ]:
+        assert find_route(method, path) is None
+    assert {r.target for r in ROUTES} == {"api", "signal"}
+
+
+def test_http_api_event_has_the_payload_2_shape() -> None:
+    route, params = find_route("POST", "/hooks/abc") or (None, None)
+    event = http_api_event(
+        method="POST",
+        raw_path="/hooks/abc",
+        raw_query="a=1&a=2&b=",
+        headers=[
+            ("Content-Type", "application/json"),
+            ("X-Two", "1"),
+            ("x-two", "2"),
+            ("Cookie", "k=v; k2=v2"),
+        ],
+        body=b"\xff\xfe",
+        route=route,
+        path_parameters=params,
+        source_ip="127.0.0.1",
+        domain="127.0.0.1:8787",
+        request_id="r-1",
+        now=1_767_225_600.0,
+    )
+    assert event["version"] == "2.0"
+    assert event["routeKey"] == event["requestContext"]["routeKey"] == "POST /hooks/{token}"
+    assert event["rawPath"] == "/hooks/abc" and event["pathParameters"] == {"token": "abc"}
+    assert event["headers"] == {"content-type": "application/json", "x-two": "1,2"}
+    assert event["cookies"] == ["k=v", "k2=v2"]
+    assert event["queryStringParameters"] == {"a": "1,2", "b": ""}
+    assert event["requestContext"]["http"]["method"] == "POST"
+    assert event["requestContext"]["timeEpoch"] == 1_767_225_600_000
+    assert event["isBase64Encoded"] is True and event["body"] == "//4="
+    assert "body" not in http_api_event(
+        method="GET",
+        raw_path="/sessions",
+        raw_query="",
+        headers=[],
+        body=b"",
+        route=None,
+        path_parameters=None,
+        source_ip="127.0.0.1",
+        domain="d",
+        request_id="r",
+        now=0.0,
+    )
+
+
+def test_sqs_event_names_the_session_as_message_group() -> None:
+    message = WakeMessage("7", "s1", '{"session_id": "s1", "reason": "alarm"}', 10.0, 2)
+    [record] = sqs_event([message], 11.0)["Records"]
+    assert record["messageId"] == "7" and record["body"] == message.body
+    assert record["eventSource"] == "aws:sqs"
+    assert record["attributes"]["MessageGroupId"] == "s1"
+    assert record["attributes"]["ApproximateReceiveCount"] == "2"
+    assert record["eventSourceARN"].endswith(".fifo")
+
+
+# --- malformed requests ---------------------------------------------------------------------
+
+
+def raw_exchange(port: int, data: bytes, *, shut: bool = True) -> tuple[int, bytes]:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(data)
+        if shut:
+            sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    reply_bytes = b"".join(chunks)
+    status = int(reply_bytes.split(b" ", 2)[1])
+    return status, reply_bytes.partition(b"\r\n\r\n")[2]
+
+
+MALFORMED = {
+    "garbage": (b"hello there\r\n\r\n", 400),
+    "no version": (b"GET /sessions\r\n\r\n", 400),
+    "bad version": (b"GET /sessions HTTP/x\r\n\r\n", 400),
+    "absolute target": (b"GET http://x/sessions HTTP/1.1\r\n\r\n", 400),
+    "bad header": (b"GET /sessions HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+    "space before colon": (b"GET /sessions HTTP/1.1\r\nHost : x\r\n\r\n", 400),
+    "post without length": (b"POST /sessions HTTP/1.1\r\nHost: x\r\n\r\n", 411),
+    "chunked": (
+        b"POST /sessions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        411,
+    ),
+    "bad length": (b"POST /sessions HTTP/1.1\r\nContent-Length: ten\r\n\r\n", 400),
+    "two lengths": (
+        b"POST /sessions HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+        400,
+    ),
+    "too large": (b"POST /sessions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413),
+    "short body": (b"POST /sessions HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}", 400),
+    "headers too large": (b"GET /sessions HTTP/1.1\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n", 431),
+    "cut off headers": (b"GET /sessions HTTP/1.1\r\nHost: x\r\n", 400),
+    "unknown route": (b"GET /etc/passwd HTTP/1.1\r\n\r\n", 404),
+}
+
+
+def test_malformed_requests_get_4xx_and_the_server_keeps_serving(db: str) -> None:
+    with BackgroundStack(LocalStack(build_app(), db, port=0)) as stack:
+        port = stack.stack.server.port
+        for name, (data, expected) in MALFORMED.items():
+            status, body = raw_exchange(port, data)
+            assert status == expected, (name, status, body)
+            assert "message" in json.loads(body), name
+        # A client that connects and says nothing, or hangs up at once, changes nothing.
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        # Bodies the webhook handler refuses are 4xx too: not JSON, not UTF-8, wrong type.
+        client = ApiClient(stack.url)
+        sid = create(client)
+        submit(client, sid, "Fix the flaky test and verify it")
+        wait_for(lambda: parked_tool(client, sid), "run_ci to park")
+        path = webhook_url(db, sid).removeprefix(stack.url)
+        for body, content_type in [
+            (b"{not json", "application/json"),
+            (b"\xff\xfe\x00", "application/json"),
+            (b'{"status": "maybe"}', "application/json"),
+            (b"{}", "text/plain"),
+        ]:
+            request = (
+                f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+            status, _ = raw_exchange(port, request)
+            assert 400 <= status < 500, (body, status)
+        assert parked_tool(client, sid) is not None  # nothing was delivered
+        assert client.request("GET", "/_local/status").status == 200
+
+
+def test_expect_100_continue_is_honoured(db: str) -> None:
+    with BackgroundStack(LocalStack(build_app(), db, port=0)) as stack:
+        port = stack.stack.server.port
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(
+                b"POST /sessions HTTP/1.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+            )
+            assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")
+            sock.sendall(b"{}")
+            rest = sock.recv(65536)
+        assert int(rest.split(b" ", 2)[1]) in (200, 201)
+
+
+# --- kill -9 and restart ---------------------------------------------------------------------
+
+
+def start_dev(port: int, db: str, log: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "shared"), str(ROOT)])}
+    for name in [n for n in env if n.startswith("AWS_ENDPOINT_URL")]:
+        env.pop(name)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bide", "dev", "--port", str(port), "--db", db],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=log.open("a"),
+        text=True,
+    )
+    assert proc.stdout is not None
+    # The server prints one line once it listens; never wait for it unboundedly.
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline() if ready else ""
+    if "listening on" not in line:
+        proc.kill()
+        raise AssertionError(f"bide dev did not start: {line!r}\n{log.read_text()}")
+    return proc
+
+
+def test_kill_minus_9_while_parked_loses_nothing(db: str, tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "dev.log"
+    client = ApiClient(f"http://127.0.0.1:{port}", timeout=10)
+    proc = start_dev(port, db, log)
+    try:
+        sid = create(client)
+        submit(client, sid, "Fix the flaky test and verify it")
+        tool = wait_for(lambda: parked_tool(client, sid), "run_ci to park")
+        wait_for(lambda: client.request("GET", "/_local/status").body["alarms"], "the alarm")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    proc = start_dev(port, db, log)
+    try:
+        assert proc.poll() is None
+        # The park, its alarm and the webhook's binding all survived.
+        assert parked_tool(client, sid)["id"] == tool["id"]
+        status = client.request("GET", "/_local/status").body
+        assert status["alarms"] == [{"session_id": sid, "at": tool["until"]}]
+        assert post_json(webhook_url(db, sid), PASSED)[0] == 202
+        done = wait_for(lambda: finished(client, sid), "the session to complete")
+        assert done["entries"][-1]["text"].startswith("Done: the flaky test is fixed")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+    assert proc.returncode == 0, log.read_text()
+
+
+def test_a_second_dev_server_on_the_same_file_is_refused(db: str, tmp_path: Path) -> None:
+    with BackgroundStack(LocalStack(build_app(), db, port=0)):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "shared"), str(ROOT)])}
+        result = subprocess.run(
+            [sys.executable, "-m", "bide", "dev", "--port", "0", "--db", db],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert result.returncode == 3
+        assert "another 'bide dev' is using" in result.stderr
+
+
+def test_a_taken_port_is_a_clear_error_and_releases_the_file(db: str) -> None:
+    from bide.local import LocalStackError
+
+    async def go() -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            with pytest.raises(LocalStackError, match=f"127.0.0.1:{port}: the port is in use"):
+                await LocalStack(build_app(), db, port=port).start()
+        async with LocalStack(build_app(), db, port=0) as stack:  # the file is free again
+            assert stack.status()["alarms"] == []
+
+    asyncio.run(go())
+
+
+# --- make demo ---------------------------------------------------------------------------------
+
+
+def test_the_demo_tells_the_run_ci_story() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "shared")}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo_run_ci.py")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in [
+        "bide dev: listening on http://127.0.0.1:",
+        "run_ci(ref='main') is sleeping on app.ci-result/done",
+        "(in 2h 0m): the CI gets two hours",
+        "tool run_ci(ref='main')  sleeping",
+        "wake(): active=False, at=",
+        "at == run_ci's deadline: True",
+        "workers running: 0",
+        "wakes queued:    0",
+        "local alarm:",
+        '-> HTTP 202 {"result":"delivered"',
+        "the tool's result, as the model received it: 'CI passed on main:",
+        "the final answer: 'Done: the flaky test is fixed and verified.",
+        "alarms left: 0",
+        '-> HTTP 410 {"result":"closed"',
+        "bide dev: stopped",
+        "ok: run_ci parked, nothing ran while it waited, the webhook resumed the session",
+    ]:
+        assert line in result.stdout, line
+
+
+def test_a_full_queue_waits_without_spinning(tmp_path: Path) -> None:
+    async def go() -> int:
+        queue = LocalWakeQueue(LocalDb(str(tmp_path / "q.sqlite")), ManualClock(), concurrency=1)
+        release = asyncio.Event()
+        calls = 0
+
+        async def handler(event: dict[str, Any]) -> None:
+            await release.wait()
+
+        original = queue._next_delay
+
+        def counting() -> float:
+            nonlocal calls
+            calls += 1
+            return original()
+
+        queue._next_delay = counting  # type: ignore[method-assign]
+        runner = asyncio.ensure_future(queue.run(handler))
+        queue.wake("a", "submit")
+        queue.wake("b", "submit")  # ready, but the one worker slot is taken
+        await asyncio.sleep(0.1)
+        release.set()
+        assert await queue.drained(5)
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        return calls
+
+    assert asyncio.run(go()) < 20  # a spinning loop would count thousands
