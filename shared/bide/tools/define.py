@@ -1,9 +1,18 @@
-"""Tool definitions: ``define_tool`` and ``wrap_tool``."""
+"""Tool definitions: ``define_tool`` and ``wrap_tool``, and a tool's :class:`ToolShape`.
+
+Every tool carries its shape as data, computed once when it is defined (design 000 §2, §5):
+``lifetime`` says whether the call ends with its step (``"step"``) or hands the model a
+receipt and outlives it as a session-owned task (``"task"``); ``suspend`` says whether the
+body parks by returning :class:`Sleep`/:class:`Wait` itself (``"none"``) or is a replayed
+workflow body that awaits durable operations (``"workflow"``, see :mod:`bide.workflow`).
+Consumers switch on the shape instead of re-deriving it; the ``task`` argument exists if and
+only if the lifetime is ``"task"``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -15,6 +24,8 @@ if TYPE_CHECKING:
     from .api import ToolExecutionApi
 
 Replay = Literal["safe", "unsafe"]
+Lifetime = Literal["step", "task"]
+Suspend = Literal["none", "workflow"]
 Concurrency = Literal["parallel_safe", "exclusive"]
 ExecuteResult = ToolResult | Sleep | Wait | str
 Execute = Callable[[Any, "ToolExecutionApi"], Awaitable[ExecuteResult]]
@@ -34,6 +45,21 @@ class ToolArgumentsError(ValueError):
         super().__init__(f"invalid arguments for tool {tool!r}: {detail}")
 
 
+@dataclass(frozen=True)
+class ToolShape:
+    """The cell a tool lives in: ``lifetime`` (``"step"``: the call ends with its result;
+    ``"task"``: the model gets ``{"status": "working", "task_id": ...}`` at once and the body
+    runs on as a background task) and ``suspend`` (``"none"``: an ordinary ``execute`` that
+    may park by returning a park; ``"workflow"``: a body replayed from its recorded history)."""
+
+    lifetime: Lifetime = "step"
+    suspend: Suspend = "none"
+
+    def as_json(self) -> dict[str, str]:
+        """The shape as the manifest shows it."""
+        return {"lifetime": self.lifetime, "suspend": self.suspend}
+
+
 @dataclass(frozen=True, eq=False)
 class ToolDefinition:
     """A tool: its name and description, a pydantic model of its parameters (whose JSON
@@ -47,6 +73,7 @@ class ToolDefinition:
     cancel: Cancel | None = None
     _wrapped_parks: bool = field(default=False, repr=False)
     concurrency: Concurrency = "exclusive"
+    shape: ToolShape = field(default_factory=ToolShape)
 
     def json_schema(self) -> dict[str, Any]:
         """The parameters' JSON schema, as a model provider needs it."""
@@ -73,6 +100,7 @@ def define_tool(
     replay: Replay = "unsafe",
     cancel: Cancel | None = None,
     concurrency: Concurrency = "exclusive",
+    lifetime: Lifetime = "step",
 ) -> ToolDefinition:
     """Define a tool. ``execute(args, api)`` returns a :class:`ToolResult` (or text), or parks
     by returning :class:`Sleep` / :class:`Wait`; it runs again with ``api.wake`` set when the
@@ -80,7 +108,25 @@ def define_tool(
     call ends ``interrupted``). ``cancel(args, api)`` cleans up external work of a call that
     parked; it must be safe to run twice. ``concurrency="parallel_safe"`` lets consecutive
     calls of such tools in one model answer run together (at most 8 in flight); an
-    ``"exclusive"`` call (the default) runs alone, in order."""
+    ``"exclusive"`` call (the default) runs alone, in order.
+
+    ``lifetime="task"`` makes a background tool: ``execute(args, api, task)`` runs as a
+    session-owned task after the model got its receipt (see
+    :func:`bide.workflow.define_background_tool`)."""
+    if lifetime == "task":
+        from ..workflow.define import define_background_tool  # the task cell lives there
+
+        return define_background_tool(
+            name,
+            description,
+            parameters,
+            execute,
+            replay=replay,
+            cancel=cancel,
+            concurrency=concurrency,
+        )
+    if lifetime != "step":
+        raise DefinitionError(f"tool {name!r}: lifetime must be 'step' or 'task'")
     if not name or not isinstance(name, str):
         raise DefinitionError("a tool needs a non-empty name")
     if not (isinstance(parameters, type) and issubclass(parameters, BaseModel)):
@@ -117,13 +163,5 @@ def wrap_tool(tool: ToolDefinition, wrapper: Wrapper, *, name: str | None = None
             )
         return result
 
-    return ToolDefinition(
-        name or tool.name,
-        tool.description,
-        tool.parameters,
-        execute,
-        tool.replay,
-        tool.cancel,
-        True,
-        tool.concurrency,
-    )
+    # replace() keeps everything else, the shape (and a subclass's fields) included.
+    return replace(tool, name=name or tool.name, execute=execute, _wrapped_parks=True)

@@ -73,13 +73,15 @@ class ToolRegistry:
         return tuple(self._tools.values())
 
     def manifest(self) -> list[dict[str, Any]]:
-        """What a model is shown: each tool's name, description and parameters schema."""
+        """What a model is shown: each tool's name, description and parameters schema, with
+        its replay policy and its shape (lifetime and suspend, computed at definition)."""
         return [
             {
                 "name": t.name,
                 "description": t.description,
                 "parameters": t.json_schema(),
                 "replay": t.replay,
+                "shape": t.shape.as_json(),
             }
             for t in self._tools.values()
         ]

@@ -330,7 +330,12 @@ async def _aborted(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
     tool = registry.get(spec.name)
     arguments = checkpoint.get("arguments", spec.arguments)
     woken_run = checkpoint["phase"] == "execute" and checkpoint.get("wake") is not None
-    if tool is not None and (checkpoint["phase"] == "parked" or woken_run):
+    # A workflow body's first run records what it did as it goes (asks published, steps
+    # done): its cancel can replay that history and run the body's cleanup, so it runs too.
+    recorded_run = (
+        checkpoint["phase"] == "execute" and tool is not None and tool.shape.suspend == "workflow"
+    )
+    if tool is not None and (checkpoint["phase"] == "parked" or woken_run or recorded_run):
         await _cancel(registry, tool, arguments, rt, checkpoint.get("checkpoint"))
     call = ToolCall(spec.name, arguments, task.id, spec.call_id)
     reason = task.abort_reason or "aborted"
