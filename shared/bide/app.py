@@ -68,4 +68,6 @@ def load_app(spec: str) -> App:
         app = app()
     if not isinstance(app, App):
         raise DefinitionError(f"{spec!r} is not a bide.App (got {type(app).__name__})")
-    return app
+    from .workflow import setup_app  # workflow tools build on the app; import when loading
+
+    return setup_app(app)

@@ -31,6 +31,7 @@ from ..agent.conversation import Submission
 from ..aws.constants import DEFAULT_SAFETY_MARGIN_MS
 from ..aws.sqs import parse_wake
 from ..errors import ConflictError, DefinitionError, StoreUnavailable
+from ..workflow import service as workflow_service
 from . import observability as obs
 from .deps import Deps
 from .sessions import SessionNotFound, cancel_task, create_session, stop, submit, view
@@ -67,6 +68,10 @@ API_ROUTES: tuple[str, ...] = (
     "POST /sessions/{session_id}/inputs",
     "POST /sessions/{session_id}/stop",
     "POST /sessions/{session_id}/tasks/{task_id}/cancel",
+    "GET /sessions/{session_id}/workflow",
+    "POST /sessions/{session_id}/asks/{ask_id}/answer",
+    "POST /sessions/{session_id}/authorizations/{request_id}/complete",
+    "POST /sessions/{session_id}/end",
 )
 
 # Wake reasons worth their own metric; anything else is counted as "other".
@@ -372,6 +377,40 @@ class Cancelled(BaseModel):
     cancelled: bool = Field(description="false when the task had already ended")
 
 
+class AnswerAsk(BaseModel):
+    """An answer to a workflow's question: an option, free text, or both."""
+
+    option_id: str | None = Field(default=None, max_length=_MAX_NAME)
+    text: str | None = Field(default=None, max_length=MAX_CONTENT_CHARS)
+
+
+class CompleteAuthorization(BaseModel):
+    """A sign-in callback: the provider's token (kept by the provider port, never stored in
+    the session)."""
+
+    token: str = Field(min_length=1, max_length=16_384)
+
+
+class Delivery(BaseModel):
+    """What became of an answer or a callback (the signal result)."""
+
+    result: str
+
+
+class WorkflowView(BaseModel):
+    """``GET /sessions/{session_id}/workflow``: open questions, sign-ins, background tasks."""
+
+    asks: list[dict[str, Any]]
+    authorizations: list[dict[str, Any]]
+    tasks: list[dict[str, Any]]
+
+
+class Ended(BaseModel):
+    """The background tasks cancelled when the session ended."""
+
+    cancelled: list[str]
+
+
 class ErrorBody(BaseModel):
     """Why a request was refused."""
 
@@ -513,6 +552,58 @@ def api_resolver(deps: Deps | None = None) -> "APIGatewayHttpResolver":
                 raise SessionNotFound(f"no task {task_id!r} in session {session_id!r}")
             cancelled = await cancel_task(current, session_id, task_id)
         return json_response(202, Cancelled(cancelled=cancelled))
+
+    @app.get(
+        "/sessions/<session_id>/workflow",
+        summary="Read open questions, sign-ins and background tasks",
+        description="What a UI shows beside the transcript for workflow tools.",
+        responses=_responses((200, "the workflow view", WorkflowView), 404, 422, 503),
+    )
+    async def workflow(session_id: SessionId) -> Response[Any]:
+        found = await workflow_service.view(existing(session_id), session_id)
+        return json_response(200, WorkflowView.model_validate(found))
+
+    AskId = Annotated[str, Path(min_length=1, max_length=_MAX_NAME, description="an ask id")]
+
+    @app.post(
+        "/sessions/<session_id>/asks/<ask_id>/answer",
+        summary="Answer a workflow's question",
+        description="Answered once: a later answer gets duplicate. An answer never steers "
+        "the conversation.",
+        responses=_responses((200, "what became of the answer", Delivery), 404, 422, 503),
+    )
+    async def answer_ask(session_id: SessionId, ask_id: AskId, body: AnswerAsk) -> Response[Any]:
+        with obs.correlated(session_id=session_id):
+            result = await workflow_service.answer(
+                existing(session_id), session_id, ask_id, body.option_id, body.text
+            )
+        return json_response(200, Delivery(result=str(result)))
+
+    @app.post(
+        "/sessions/<session_id>/authorizations/<request_id>/complete",
+        summary="Complete a sign-in",
+        description="The provider callback: the interrupted step is retried with the token.",
+        responses=_responses((200, "what became of the callback", Delivery), 404, 422, 503),
+    )
+    async def complete(
+        session_id: SessionId, request_id: AskId, body: CompleteAuthorization
+    ) -> Response[Any]:
+        with obs.correlated(session_id=session_id):
+            result = await workflow_service.complete_authorization(
+                existing(session_id), session_id, request_id, body.token
+            )
+        return json_response(200, Delivery(result=str(result)))
+
+    @app.post(
+        "/sessions/<session_id>/end",
+        summary="End the session's background work",
+        description="Cancels every working background task of the session.",
+        responses=_responses((202, "ending", Ended), 404, 422, 503),
+    )
+    async def end(session_id: SessionId) -> Response[Any]:
+        with obs.correlated(session_id=session_id):
+            cancelled = await workflow_service.end_session(existing(session_id), session_id)
+        return json_response(202, Ended(cancelled=cancelled))
 
     def not_found(exc: SessionNotFound) -> Response[Any]:
         return json_response(404, ErrorBody(error=str(exc)))

@@ -1,0 +1,93 @@
+"""The workflow routes of the sessions API: open questions and answers, the workflow view,
+ending a session's background work (API Gateway v2 events through handle_api)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from handler_fixtures import http_event, response_json
+from kit import Kit
+from pydantic import BaseModel
+from test_workflow_support import deps_for
+
+from bide.agent import Agent
+from bide.agent.providers import ModelRequest
+from bide.agent.providers.scripted import ScriptedProvider, call_tool, last_tool_result, reply
+from bide.app import App
+from bide.service.http import handle_api
+from bide.service.sessions import create_session, submit
+from bide.service.worker import run_session
+from bide.tools import ToolRegistry
+from bide.workflow import define_workflow_tool, setup_app
+
+
+class Deploy(BaseModel):
+    service: str
+
+
+async def deploy_body(args: Deploy, ctx):
+    answer = await ctx.ask(
+        f"Deploy {args.service}?",
+        options=[{"id": "yes", "label": "Deploy"}, {"id": "no", "label": "Cancel"}],
+    )
+    return f"deploy {args.service}: {answer.option_id}"
+
+
+def script(request: ModelRequest):
+    if request.messages[-1].role == "user":
+        return call_tool("deploy", {"service": "api"}, id="d1")
+    return reply(last_tool_result(request))
+
+
+def make():
+    tools = ToolRegistry([define_workflow_tool("deploy", "Deploy", Deploy, deploy_body)])
+    app = setup_app(App(agent=Agent(ScriptedProvider(script), tools)))
+    kit = Kit(*app.task_kinds())
+    return kit, deps_for(kit, app)
+
+
+def api(deps, method, path, body=None):
+    response = asyncio.run(handle_api(deps, http_event(method, path, body=body), None))
+    return response["statusCode"], response_json(response)
+
+
+def test_a_question_is_visible_answered_once_and_resumes_the_run():
+    _kit, deps = make()
+    sid = asyncio.run(create_session(deps, "s-wf"))
+    asyncio.run(submit(deps, sid, "ship it", request_id="r1"))
+    asyncio.run(run_session(deps, sid))
+    status, view = api(deps, "GET", f"/sessions/{sid}/workflow")
+    assert status == 200
+    [ask] = view["asks"]
+    assert ask["prompt"] == "Deploy api?" and ask["status"] == "open"
+
+    status, body = api(
+        deps, "POST", f"/sessions/{sid}/asks/{ask['id']}/answer", {"option_id": "yes"}
+    )
+    assert (status, body) == (200, {"result": "delivered"})
+    status, body = api(
+        deps, "POST", f"/sessions/{sid}/asks/{ask['id']}/answer", {"option_id": "no"}
+    )
+    assert body == {"result": "duplicate"}
+    asyncio.run(run_session(deps, sid))
+    status, session = api(deps, "GET", f"/sessions/{sid}")
+    assert session["submissions"][0]["answer"] == "deploy api: yes"
+    # an answer never steers the conversation: no user entry was added for it
+    assert [e["type"] for e in session["entries"]].count("user") == 1
+    assert api(deps, "GET", f"/sessions/{sid}/workflow")[1]["asks"] == []
+
+
+def test_workflow_routes_validate_and_404():
+    _kit, deps = make()
+    sid = asyncio.run(create_session(deps, "s-wf2"))
+    assert api(deps, "GET", "/sessions/s-nope/workflow")[0] == 404
+    status, body = api(deps, "POST", f"/sessions/{sid}/asks/a1/answer", {"option_id": 3})
+    assert status == 422 and body["detail"][0]["loc"][-1] == "option_id"
+    status, body = api(deps, "POST", f"/sessions/{sid}/asks/a-none/answer", {"text": "x"})
+    assert body == {"result": "not_found"}
+    status, body = api(deps, "POST", f"/sessions/{sid}/end")
+    assert (status, body) == (202, {"cancelled": []})
+    status, body = api(
+        deps, "POST", f"/sessions/{sid}/authorizations/r-none/complete", {"token": "t"}
+    )
+    assert body == {"result": "not_found"}
