@@ -37,7 +37,7 @@ logger = Logger(service=SERVICE_NAME)
 # Metric names, so dashboards and alarms (infra/) and the code agree.
 WAKES = "Wakes"  # dimension reason: why a worker ran
 PARKS = "Parks"  # worker runs that ended with nothing runnable
-WORKER_ACTIONS = "WorkerActions"  # dimension action: requeued | armed | disarmed
+WORKER_ACTIONS = "WorkerActions"  # dimension action: requeued | armed | disarmed | idle
 WORKER_FAILURES = "WorkerFailures"  # runs that raised; SQS redelivers their wake
 MALFORMED_WAKES = "MalformedWakes"  # wake messages that could never run (dropped)
 SIGNAL_RESULTS = "SignalResults"  # dimensions result, route

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..harness import Harness
 from ..rules import Wake
+from ..state import Sleeping
 from .deps import Deps
 
 
@@ -15,7 +16,7 @@ class WorkerRun:
 
     session_id: str
     wake: Wake
-    action: str  # "requeued" | "armed" | "disarmed"
+    action: str  # "requeued" | "armed" | "disarmed" | "idle" (no alarm existed, none needed)
 
 
 async def run_session(deps: Deps, session_id: str, *, stop_at: float | None = None) -> WorkerRun:
@@ -31,21 +32,31 @@ async def run_session(deps: Deps, session_id: str, *, stop_at: float | None = No
         services=deps.harness_services(),
     )
     await harness.open()
+    # Each run leaves the schedule matching its final wake, so an alarm can exist now only if
+    # some sleep had a deadline when we loaded. (A run that died before disarming leaves a
+    # one-time schedule that fires once, finds nothing, and deletes itself.)
+    may_have_alarm = any(
+        isinstance(r.state, Sleeping) and r.state.until is not None
+        for r in harness.live_tasks.values()
+    )
     try:
         wake = await harness.run_until_parked(stop_at=stop_at)
     finally:
         await harness.close()
-    return WorkerRun(session_id, wake, act_on_wake(deps, session_id, wake))
+    action = act_on_wake(deps, session_id, wake, may_have_alarm=may_have_alarm)
+    return WorkerRun(session_id, wake, action)
 
 
-def act_on_wake(deps: Deps, session_id: str, wake: Wake) -> str:
+def act_on_wake(deps: Deps, session_id: str, wake: Wake, *, may_have_alarm: bool = True) -> str:
     """Re-arm the session as its wake says. No lost wakeup: a signal that lands after the
-    harness's final check has already queued its own wake (arm before signal)."""
+    harness's final check queues its own wake after its value is stored."""
     if wake.active:
         deps.queue.wake(session_id, "still-active")
         return "requeued"
     if wake.at is not None:
         deps.alarms.arm(session_id, wake.at)
         return "armed"
-    deps.alarms.disarm(session_id)
-    return "disarmed"
+    if may_have_alarm:
+        deps.alarms.disarm(session_id)
+        return "disarmed"
+    return "idle"
