@@ -50,7 +50,7 @@ unexport AWS_ENDPOINT_URL AWS_PROFILE AWS_DEFAULT_PROFILE
 # be inherited from the environment. Used as a prefix of every recipe that runs code.
 CLEAN_AWS_ENV = for v in $$(compgen -e | grep '^AWS_ENDPOINT_URL' || true); do unset "$$v"; done;
 
-.PHONY: venv lock test lint typecheck pytest demo bench fmt dynamodb-local clean
+.PHONY: test-py312 venv lock test lint typecheck pytest demo bench fmt dynamodb-local clean
 
 venv: $(STAMP)
 
@@ -104,6 +104,25 @@ test: venv
 	echo "+ mypy"; $(BIN)/mypy || failed="$$failed mypy"; \
 	echo "+ pytest"; $(PYTEST); [ $$rc -eq 0 ] || failed="$$failed pytest"; \
 	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
+
+# The Lambda runtime is Python 3.12: run the suite (less the slow sweeps and the CDK tests,
+# which do not depend on the interpreter) on a 3.12 venv built from the same lock, when this
+# machine has a 3.12 (on PATH, or through pyenv). Without one it says so and skips.
+VENV312 := .venv312
+test-py312:
+	@$(CLEAN_AWS_ENV) py=""; \
+	if command -v python3.12 >/dev/null 2>&1 && python3.12 --version >/dev/null 2>&1; then py=python3.12; \
+	elif command -v pyenv >/dev/null 2>&1; then \
+	  v=$$(pyenv versions --bare | grep -E '^3\.12(\.|$$)' | tail -1); \
+	  [ -n "$$v" ] && py=$$(PYENV_VERSION=$$v pyenv which python3.12 2>/dev/null || true); \
+	fi; \
+	if [ -z "$$py" ]; then echo "test-py312: no Python 3.12 on this machine: skipped"; exit 0; fi; \
+	test -x $(VENV312)/bin/python || "$$py" -m venv $(VENV312); \
+	$(VENV312)/bin/uv --version >/dev/null 2>&1 || $(VENV312)/bin/python -m pip install -q "uv==$(UV_VERSION)"; \
+	$(VENV312)/bin/uv pip sync -q --require-hashes --python $(VENV312)/bin/python $(LOCK); \
+	echo "+ pytest on $$($(VENV312)/bin/python --version)"; \
+	$(VENV312)/bin/python -m pytest -q -p no:cacheprovider \
+	  -k "not infra and not sweep and not model_based and not dynamodb_local"
 
 DEMOS := $(sort $(wildcard examples/[0-9][0-9]_*.py))
 # The story first: the local stack end to end over HTTP (run_ci parks, a webhook resumes it);
