@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..admission import Admission
-from ..harness import Draft, Harness
-from ..signals import SignalResult, SignalToken
+from ..harness import Harness
+from ..host import HostTx
 from ..tasks import TaskDefinition
 from ..tools.registry import ToolRegistry
 from .conversation import (
@@ -137,49 +137,6 @@ def submit_in(
     return submission
 
 
-class _HostTx:
-    """The transaction interface for host commands (no committing task)."""
-
-    def __init__(self, harness: Harness, draft: Draft) -> None:
-        self._h = harness
-        self._d = draft
-        self.task_id: str | None = None
-        self.session_id = harness.session_id
-
-    def now(self) -> float:
-        return self._h.clock.now()
-
-    def get_doc(self, key: str) -> Any:
-        return self._d.get_doc(key)
-
-    def put_doc(self, key: str, body: Any) -> None:
-        self._d.put_doc(key, body)
-
-    def list_docs(self, prefix: str) -> list[tuple[str, Any]]:
-        found = {d.key: d.body for d in self._h.list_docs(prefix)}
-        found.update({k: v for k, v in self._d.docs.items() if k.startswith(prefix)})
-        return sorted(found.items())
-
-    def signal(self, task_id: str, token: SignalToken[Any], key: str, value: Any) -> SignalResult:
-        from ..rules import decide_signal
-
-        decision = decide_signal(self._d.find(task_id), token, key, value, self.now())
-        if decision.record is not None:
-            self._d.put(decision.record)
-        return decision.result
-
-    def create_task(
-        self,
-        kind: TaskDefinition,
-        input: Any = None,
-        *,
-        key: str | None = None,
-        background: bool = False,
-        owner: str | None = None,
-    ) -> str:
-        return self._h.new_task(self._d, kind, input, key=key, owner=owner, background=background)
-
-
 class Conversations:
     """The host's commands on an agent's conversations in one session's harness."""
 
@@ -194,7 +151,7 @@ class Conversations:
         """Create a conversation (idempotent by id); its id."""
         conversation_id = cid or self.harness.ids.new_id("c-")
         self.harness._apply(
-            lambda d: create_conversation(_HostTx(self.harness, d), conversation_id, system=system)
+            lambda d: create_conversation(HostTx(self.harness, d), conversation_id, system=system)
         )
         return conversation_id
 
@@ -211,7 +168,7 @@ class Conversations:
         return self.harness._apply(
             lambda d: submit_in(
                 self.agent,
-                _HostTx(self.harness, d),
+                HostTx(self.harness, d),
                 cid,
                 content,
                 request_id=rid,

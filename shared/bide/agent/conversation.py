@@ -14,13 +14,13 @@ Everything here works on a transaction (``tx``): the caller decides which commit
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BideError
-from ..signals import SignalResult, SignalToken, define_signal
-from ..tasks import TaskDefinition
+from ..host import WriteTx
+from ..signals import SignalToken, define_signal
 
 WhenBusy = Literal["steer", "follow_up", "reject"]
 SubmissionStatus = Literal["queued", "placed", "done", "unanswered"]
@@ -88,28 +88,8 @@ SUBMISSION_SETTLED: SignalToken[SettledSubmission] = define_signal(
 )
 
 
-class ConvTx(Protocol):
-    """What conversation operations need from a commit."""
-
-    @property
-    def task_id(self) -> str | None: ...
-    @property
-    def session_id(self) -> str: ...
-    def now(self) -> float: ...
-    def get_doc(self, key: str) -> Any: ...
-    def put_doc(self, key: str, body: Any) -> None: ...
-    def list_docs(self, prefix: str) -> list[tuple[str, Any]]: ...
-    def signal(
-        self, task_id: str, token: SignalToken[Any], key: str, value: Any
-    ) -> SignalResult: ...
-    def create_task(
-        self,
-        kind: TaskDefinition,
-        input: Any = None,
-        *,
-        key: str | None = None,
-        background: bool = False,
-    ) -> str: ...
+ConvTx = WriteTx
+"""What conversation operations need from a commit (a task's ``tx`` or a host's)."""
 
 
 def head_key(cid: str) -> str:
