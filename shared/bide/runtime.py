@@ -8,9 +8,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import DefinitionError, InvalidTransition, InvocationEnded
+from .host import HostTx
+from .ids import keyed_id
 from .records import TaskRecord
-from .rules import bump, check_sleep, check_wait, decide_signal
-from .signals import SignalExpired, SignalResult, SignalState, SignalToken, SignalValue, slot_name
+from .rules import bump, check_sleep, check_wait
+from .signals import SignalExpired, SignalState, SignalToken, SignalValue, slot_name
 from .state import (
     Completing,
     Faulted,
@@ -205,14 +207,19 @@ class Runtime:
         return True
 
 
-class _Tx:
-    """The ``tx`` a commit builder receives."""
+class _Tx(HostTx):
+    """The ``tx`` a commit builder receives: a host transaction whose committing task owns
+    what it creates, and which can write that task's memos."""
 
     def __init__(self, harness: Harness, d: Draft, task_id: str, holder: Any = None) -> None:
-        self._h = harness
-        self._d = d
+        super().__init__(harness, d)
         self._task_id = task_id
         self._holder = holder
+
+    @property
+    def task_id(self) -> str:
+        """The committing task."""
+        return self._task_id
 
     def create_task(
         self,
@@ -226,9 +233,7 @@ class _Tx:
         """Create a task in this commit, owned by the committing task unless ``owner`` says
         otherwise (None: a top-level task)."""
         owned_by = self._task_id if owner is _MISSING else owner
-        return self._h.new_task(
-            self._d, kind, input, key=key, owner=owned_by, background=background
-        )
+        return super().create_task(kind, input, key=key, background=background, owner=owned_by)
 
     def find(self, task_id: str) -> TaskRecord | None:
         """A task of this session as this commit would leave it (live or ended), or None."""
@@ -237,49 +242,8 @@ class _Tx:
     def keyed_id(self, key: str, owner: str | None = _MISSING) -> str:
         """The id a task created with ``key`` (by ``owner``, default: the committing task)
         has or will have."""
-        from .ids import keyed_id
-
         owned_by = self._task_id if owner is _MISSING else owner
         return keyed_id("t-", self._h.session_id, owned_by or "", key)
-
-    def signal(self, task_id: str, token: SignalToken[Any], key: str, value: Any) -> SignalResult:
-        """Deliver a signal to a task of this session, in this commit."""
-        decision = decide_signal(self._d.find(task_id), token, key, value, self._h.clock.now())
-        if decision.record is not None:
-            self._d.put(decision.record)
-        return decision.result
-
-    @property
-    def task_id(self) -> str:
-        """The committing task."""
-        return self._task_id
-
-    @property
-    def session_id(self) -> str:
-        """The session of this commit."""
-        return self._h.session_id
-
-    def now(self) -> float:
-        """The harness clock."""
-        return self._h.clock.now()
-
-    def get_doc(self, key: str) -> Any:
-        """A document as this commit would leave it (None when absent)."""
-        return self._d.get_doc(key)
-
-    def put_doc(self, key: str, body: Any) -> None:
-        """Write a document in this commit."""
-        self._d.put_doc(key, body)
-
-    def list_docs(self, prefix: str) -> list[tuple[str, Any]]:
-        """Committed documents under ``prefix`` overlaid with this commit's, in key order."""
-        found = {d.key: d.body for d in self._h.list_docs(prefix)}
-        found.update({k: v for k, v in self._d.docs.items() if k.startswith(prefix)})
-        return sorted(found.items())
-
-    def abort(self, task_id: str, reason: str | None = None) -> bool:
-        """Abort-mark a task of this session and its owned work, in this commit."""
-        return self._h.mark_abort(self._d, task_id, reason)
 
     def memo(self, name: str, value: Any) -> Any:
         """First-writer-wins memo on the committing task, in this commit."""
