@@ -3,6 +3,8 @@
 #   make venv            create/refresh .venv from requirements.lock.txt (hash-checked)
 #   make lock            regenerate requirements.lock.txt from pyproject.toml (needs uv)
 #   make test            ruff, ruff format --check, mypy, pytest
+#   make proof           only the proof suites (crash sweeps, model-based, races, hostile
+#                        input), printing their figures; BIDE_LONG_PROOF=1 for the long run
 #   make demo            run the example programs
 #   make bench           run every bench/bench_*.py
 #   make fmt             apply ruff fixes and formatting
@@ -50,7 +52,7 @@ unexport AWS_ENDPOINT_URL AWS_PROFILE AWS_DEFAULT_PROFILE
 # be inherited from the environment. Used as a prefix of every recipe that runs code.
 CLEAN_AWS_ENV = for v in $$(compgen -e | grep '^AWS_ENDPOINT_URL' || true); do unset "$$v"; done;
 
-.PHONY: test-py312 venv lock test lint typecheck pytest demo bench fmt dynamodb-local clean
+.PHONY: test-py312 venv lock test proof lint typecheck pytest demo bench fmt dynamodb-local clean
 
 venv: $(STAMP)
 
@@ -104,6 +106,18 @@ test: venv
 	echo "+ mypy"; $(BIN)/mypy || failed="$$failed mypy"; \
 	echo "+ pytest"; $(PYTEST); [ $$rc -eq 0 ] || failed="$$failed pytest"; \
 	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
+
+# The proof suites of docs/reliability.md. They are ordinary pytest files, so `make test` runs
+# them too; this runs only them, with -s so each prints its figures (crash points, examples,
+# counters), and with the services' own log lines and EMF metrics turned down. The DynamoDB
+# Local races run when BIDE_DYNAMODB_LOCAL_ENDPOINT is set (as .ci/run sets it).
+PROOF_TESTS := tests/test_example_sweep.py tests/test_tool_crashes.py \
+	tests/test_proof_aws_crashes.py tests/test_model_based.py tests/test_proof_races.py \
+	tests/test_proof_hostile_input.py
+
+proof: venv
+	@$(CLEAN_AWS_ENV) POWERTOOLS_LOG_LEVEL=WARNING POWERTOOLS_METRICS_DISABLED=true \
+	  $(BIN)/python -m pytest -s -p no:cacheprovider $(PROOF_TESTS)
 
 # The Lambda runtime is Python 3.12: run the suite (less the slow sweeps and the CDK tests,
 # which do not depend on the interpreter) on a 3.12 venv built from the same lock, when this

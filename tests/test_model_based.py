@@ -22,16 +22,30 @@ signal tokens), optionally a deadline, and optionally carries over the keys of t
 sleep that are still open. On every wake it records the wake reason, what ``read_signal``
 returned for each listed key, and whether sleeping again on the old key was refused.
 
-``BIDE_LONG_PROOF=1`` runs ten times more examples; ``CI`` set makes the run deterministic.
+Deliveries also travel through a small network that reorders and duplicates them (a value
+sent twice, copies arriving in any order, some through the store alone as another process's
+signal handler would deliver them with :func:`bide.delivery.deliver_signal`). And workers
+race: while one harness's run is stopped inside a phase, another process delivers signals or
+aborts a task, or a second harness opens the session (taking the running task over, as a
+duplicate worker would) and runs it; then the first run goes on. Whichever harness did the
+work, the store must end where the model does.
+
+The default run is CI-sized (2,000 examples); ``BIDE_LONG_PROOF=1`` runs 20,000 longer ones.
+``CI`` set makes the run deterministic. ``pytest -s`` prints how many examples and steps ran.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
+import time
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -55,6 +69,7 @@ from bide import (
     Wake,
     define_signal,
     define_task,
+    deliver_signal,
 )
 
 LONG = os.environ.get("BIDE_LONG_PROOF") == "1"
@@ -125,6 +140,12 @@ class Trap:
         self.victim = task_id
         self.hit = asyncio.Event()
         self.hang = asyncio.get_running_loop().create_future()
+
+    def release(self) -> None:
+        """Let the trapped phase go on (a paused worker that was not dead after all)."""
+        assert self.hang is not None
+        if not self.hang.done():
+            self.hang.set_result(None)
 
     async def check(self, task_id: str) -> None:
         self.calls += 1
@@ -329,8 +350,10 @@ class Model:
         t.until = None if dt is None else now + dt
         t.wake, t.restarts = None, 0
 
-    def phase(self, t: MTask, now: float) -> None:
-        """What the task kind's phase (or abort handler) does from ``running``."""
+    def phase(self, t: MTask, now: float, seen: dict[str, MSlot] | None = None) -> None:
+        """What the task kind's phase (or abort handler) does from ``running``. ``seen`` is
+        the slots as the phase read them, when values landed while it ran (it reads the
+        record it was started with; they wait for its next run)."""
         if t.abort_marked:
             self.end(t, ("aborted", f"{t.abort_reason}@{t.step}"))
             return
@@ -340,7 +363,7 @@ class Model:
         assert t.wake is not None and t.step is not None
         reads: dict[str, Any] = {}
         for name in t.listed:
-            s = t.slots.get(name)
+            s = (t.slots if seen is None else seen).get(name)
             if s is not None and s.value is not None:
                 reads[name] = ["value", s.value]
             elif s is not None and s.expired:
@@ -406,13 +429,17 @@ class EngineMachine(RuleBasedStateMachine):
         self.counter = 0
         self.aborts = 0
         self.crashes = 0
+        self.races = 0
+        # Deliveries sent but not yet arrived: [task id, token letter, key, value, copies].
+        self.network: list[list[Any]] = []
         self.harness = self.open_harness()
+        TALLY["examples"] += 1
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
 
-    def open_harness(self) -> Harness:
-        h = Harness(
+    def new_harness(self) -> Harness:
+        return Harness(
             self.store,
             SESSION,
             [self.kind],
@@ -420,7 +447,17 @@ class EngineMachine(RuleBasedStateMachine):
             ids=self.ids,
             restart_limit=RESTART_LIMIT,
         )
+
+    def open_harness(self) -> Harness:
+        h = self.new_harness()
         self.run(h.open())
+        return h
+
+    def observer(self) -> Harness:
+        """A harness attached to the store as it stands (another process's view): the
+        running harness may not have seen what other processes wrote."""
+        h = self.new_harness()
+        self.run(h.attach())
         return h
 
     def teardown(self) -> None:
@@ -443,16 +480,54 @@ class EngineMachine(RuleBasedStateMachine):
         assert task_id not in self.model.tasks, f"id {task_id} reused"
         self.model.tasks[task_id] = MTask(id=task_id, plan=plan)
 
-    def deliver(self, task_id: str, tok: str, key: str, value: Any) -> None:
+    def deliver(
+        self, task_id: str, tok: str, key: str, value: Any, via_store: bool = False
+    ) -> None:
+        """Deliver through the harness, or (``via_store``) as another process's signal
+        handler does: :func:`deliver_signal` on the store, without loading the session."""
         valid = isinstance(value, dict) and set(value) == {"n"} and type(value["n"]) is int
         expected = self.model.signal(
             task_id, tok, key, valid, value["n"] if valid else -1, self.clock.now()
         )
-        event(f"signal -> {expected}")
-        got = self.run(self.harness.signal(task_id, TOKENS[tok], key, value))
+        event(f"signal -> {expected}" + (" (via the store)" if via_store else ""))
+        if via_store:
+            got = deliver_signal(
+                self.store, SESSION, task_id, TOKENS[tok], key, value, self.clock
+            ).result
+        else:
+            got = self.run(self.harness.signal(task_id, TOKENS[tok], key, value))
         assert got == SignalResult(expected), (
             f"signal({task_id}, {tok}, {key}, {value!r}) -> {got}, model says {expected}"
         )
+
+    def draw_delivery(self, data: st.DataObject) -> list[Any]:
+        """A delivery worth racing: a key some task listens on now or later, one delivered
+        before, any key of any task, an unknown task, or an invalid value."""
+        choices = ["any"]
+        live = self.model.live()
+        if live:
+            choices += ["planned", "planned"]
+        if any(t.first_values for t in self.model.tasks.values()):
+            choices.append("again")
+        how = data.draw(st.sampled_from(choices))
+        if how == "planned":
+            t = data.draw(st.sampled_from(live))
+            keys = [k for step in range(len(t.plan)) for k in new_keys(t.plan, step)] + t.keys
+            if keys:
+                tok, key = data.draw(st.sampled_from(keys))
+                return [t.id, tok, key, self.fresh_value()]
+        if how == "again":
+            t = data.draw(st.sampled_from([t for t in self.model.tasks.values() if t.first_values]))
+            name = data.draw(st.sampled_from(sorted(t.first_values)))
+            signal, key = name.split("/", 1)
+            tok = next(k for k, v in TOKENS.items() if v.name == signal)
+            return [t.id, tok, key, {"n": t.first_values[name]}]
+        task_id = data.draw(st.sampled_from(sorted(self.model.tasks) * 3 + UNKNOWN_IDS))
+        tok = data.draw(st.sampled_from(sorted(TOKENS)))
+        key = data.draw(st.sampled_from(KEY_UNIVERSE))
+        valid = data.draw(st.integers(0, 3))
+        value = self.fresh_value() if valid else data.draw(st.sampled_from(INVALID_VALUES))
+        return [task_id, tok, key, value]
 
     def fresh_value(self) -> dict[str, int]:
         self.counter += 1
@@ -526,6 +601,102 @@ class EngineMachine(RuleBasedStateMachine):
         tok = next(k for k, v in TOKENS.items() if v.name == signal)
         value = {"n": t.first_values[name]} if same else self.fresh_value()
         self.deliver(t.id, tok, key, value)
+
+    # --- an at-least-once network: reordered and duplicated deliveries -----------------------
+
+    @precondition(lambda self: len(self.network) < 5)
+    @rule(data=st.data(), copies=st.sampled_from([1, 1, 2, 3]))
+    def send(self, data: st.DataObject, copies: int) -> None:
+        """A sender sends a value; ``copies`` of it will arrive (retries, redeliveries)."""
+        self.network.append([*self.draw_delivery(data), copies])
+
+    @precondition(lambda self: bool(self.network))
+    @rule(data=st.data(), via_store=st.booleans())
+    def arrive(self, data: st.DataObject, via_store: bool) -> None:
+        """Any copy in flight arrives next, whatever order they were sent in."""
+        index = data.draw(st.integers(0, len(self.network) - 1))
+        item = self.network[index]
+        item[4] -= 1
+        if item[4] == 0:
+            self.network.pop(index)
+        self.deliver(*item[:4], via_store=via_store)
+
+    # --- racing workers ----------------------------------------------------------------------
+
+    @precondition(lambda self: self.races < 3 and len(self.runnable()) == 1)
+    @rule(
+        data=st.data(),
+        race=st.sampled_from(["signals", "abort", "second worker first", "first worker first"]),
+    )
+    def race_mid_run(self, data: st.DataObject, race: str) -> None:
+        """The one runnable task is reserved and its phase starts; while it is stopped there:
+
+        * ``signals``: another process delivers values through the store alone;
+        * ``abort``: another process aborts a task (often the running one);
+        * ``second worker ...``: a second harness opens the session, taking the running task
+          over (it counts a restart, as after a crash), and runs it; the first run goes on
+          before or after it, finds its commits refused, and goes on with what is left.
+
+        Both runs return the model's ``wake()``; whichever harness did the work, the store
+        ends where the model does."""
+        self.races += 1
+        (victim,) = self.runnable()
+        event(f"race mid-run: {race} ({victim.status})")
+        now = self.clock.now()
+        self.model.reserve(victim, now)
+        seen = copy.deepcopy(victim.slots)  # the record the phase was started with
+        first = self.harness
+
+        async def stopped_in_phase() -> asyncio.Future[Wake]:
+            self.trap.arm(victim.id)
+            self.trap.calls = 0
+            assert self.trap.hit is not None
+            runner = asyncio.ensure_future(first.run_until_parked())
+            hit = asyncio.ensure_future(self.trap.hit.wait())
+            await asyncio.wait({runner, hit}, return_when=asyncio.FIRST_COMPLETED)
+            assert hit.done() and not runner.done(), "the victim's phase never started"
+            return runner
+
+        runner = self.run(stopped_in_phase())
+        if race == "signals":
+            for _ in range(data.draw(st.integers(1, 3))):
+                self.deliver(*self.draw_delivery(data), via_store=True)
+            self.trap.release()
+            self.model.phase(victim, now, seen)
+        elif race == "abort":
+            task_id = data.draw(st.sampled_from([victim.id, victim.id, *sorted(self.model.tasks)]))
+            t = self.model.tasks[task_id]
+            expected = t.status != "terminal"
+            if expected and not t.abort_marked:
+                t.abort_marked, t.abort_reason = True, "user"
+            other = self.observer()
+            assert self.run(other.abort(task_id, "user")) is expected
+            self.trap.release()
+            if victim.abort_marked:
+                # Its commit is refused; the same invocation runs the abort handler.
+                self.model.end(victim, ("aborted", f"{victim.abort_reason}@{victim.step}"))
+            else:
+                self.model.phase(victim, now, seen)
+        else:
+            second = self.open_harness()
+            self.model.restart(crashed=True)  # the second worker took the running task over
+            if race == "second worker first":
+                self.model.run_until_parked(now)
+                self.trap.calls = 0
+                assert self.run(second.run_until_parked()) == self.model.wake(now)
+                self.trap.release()
+            else:
+                self.trap.release()
+                self.model.run_until_parked(now)
+            self.trap.calls = 0
+            assert self.run(runner) == self.model.wake(now), "the first run's wake"
+            self.trap.calls = 0
+            assert self.run(second.run_until_parked()) == self.model.wake(now)
+            self.run(first.close())
+            self.harness = second
+            return
+        self.model.run_until_parked(now)
+        assert self.run(runner) == self.model.wake(now), f"the run's wake after {race}"
 
     @rule(seconds=st.sampled_from(CLOCK_STEPS))
     def advance(self, seconds: float) -> None:
@@ -612,7 +783,8 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def engine_matches_model(self) -> None:
-        h, now = self.harness, self.clock.now()
+        TALLY["steps"] += 1
+        h, now = self.observer(), self.clock.now()
         model_live = {t.id for t in self.model.live()}
         assert set(h.live_tasks) == model_live
         for t in self.model.tasks.values():
@@ -620,7 +792,7 @@ class EngineMachine(RuleBasedStateMachine):
             assert record is not None, f"task {t.id} lost"
             where = f"task {t.id} ({t.status})"
             if t.status == "terminal":
-                self.check_ended(t, record, where)
+                self.check_ended(h, t, record, where)
                 continue
             assert record.abort_marked == t.abort_marked, where
             assert record.restarts == t.restarts, where
@@ -667,7 +839,7 @@ class EngineMachine(RuleBasedStateMachine):
                     assert read[1] == t.first_values.get(name), f"{where}: {name} read {read}"
             assert entry["probe"] != "accepted", f"{where}: slept again on a used key"
 
-    def check_ended(self, t: MTask, record: Any, where: str) -> None:
+    def check_ended(self, h: Harness, t: MTask, record: Any, where: str) -> None:
         state = record.state
         assert isinstance(state, Terminal), f"{where}: engine has {state.status}"
         assert record.signals == {} and record.memos == {}, where
@@ -681,17 +853,31 @@ class EngineMachine(RuleBasedStateMachine):
             assert isinstance(outcome, Aborted) and outcome.reason == detail, f"{where}: {outcome}"
         else:
             assert isinstance(outcome, Faulted) and outcome.error == detail, f"{where}: {outcome}"
-        assert self.harness.outcome(t.id) == outcome
+        assert h.outcome(t.id) == outcome
         # Ended tasks are closed to signals, whatever the value.
         for value in ({"n": -1}, "x"):
-            got = self.run(self.harness.signal(t.id, TOKENS["A"], "s0k0", value))
+            got = self.run(h.signal(t.id, TOKENS["A"], "s0k0", value))
             assert got == SignalResult.CLOSED, f"{where}: signal after the end -> {got}"
+
+
+TALLY: Counter[str] = Counter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report() -> Iterator[None]:
+    """Print how much was checked (``pytest -s`` shows it)."""
+    started = time.perf_counter()
+    yield
+    print(
+        f"\nmodel-based: {TALLY['examples']} examples, {TALLY['steps']} checked steps, "
+        f"{time.perf_counter() - started:.1f}s"
+    )
 
 
 TestEngineModel = EngineMachine.TestCase
 TestEngineModel.settings = settings(
-    max_examples=2000 if LONG else 200,
-    stateful_step_count=30,
+    max_examples=20_000 if LONG else 2_000,
+    stateful_step_count=40 if LONG else 30,
     deadline=None,
     derandomize=bool(os.environ.get("CI")),
     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],

@@ -87,6 +87,7 @@ _WAKE_REASONS = frozenset(
         "cancel",
         "cancelled",
         "still-active",
+        "rearm",
     }
 )
 
@@ -664,9 +665,12 @@ async def _one_request_at_a_time() -> AsyncIterator[None]:
 async def handle_api(deps: Deps, event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Answer an API Gateway v2 event of one of :data:`API_ROUTES` (see
     :func:`api_resolver`): 404 for an unknown session, 422 naming each invalid field and
-    why, 503 when the store is busy."""
+    why, 503 when the store is busy; 400 for a body that is not UTF-8 text."""
     resolver = _resolver_for(deps)
     try:
+        unreadable = _unreadable_body(event)
+        if unreadable is not None:
+            return _json_response(400, {"error": unreadable})
         async with _one_request_at_a_time():
             response = await resolver.resolve_async(event, context)
         response["statusCode"] = int(response["statusCode"])
@@ -676,6 +680,18 @@ async def handle_api(deps: Deps, event: dict[str, Any], context: Any) -> dict[st
         return _json_response(500, {"error": "internal error"})
     finally:
         obs.flush()
+
+
+def _unreadable_body(event: dict[str, Any]) -> str | None:
+    """Why a request body cannot be read as text, or None. (Powertools decodes every body as
+    UTF-8 and would fail with a 500 on one that is not.)"""
+    try:
+        _body(event).decode("utf-8")
+    except WebhookRejected as exc:
+        return exc.message
+    except UnicodeDecodeError as exc:
+        return f"body is not valid UTF-8 text ({exc.reason} at byte {exc.start})"
+    return None
 
 
 def openapi_json() -> str:

@@ -44,6 +44,12 @@ async def run_session(deps: Deps, session_id: str, *, stop_at: float | None = No
     finally:
         await harness.close()
     action = act_on_wake(deps, session_id, wake, may_have_alarm=may_have_alarm)
+    if action in ("armed", "disarmed") and deps.store.head(session_id) != harness.seq:
+        # The session moved on after this run's final check: another worker may have run it
+        # and armed for the newer state before this (older) arming replaced that alarm.
+        # Run again, so the newest state decides the alarm.
+        deps.queue.wake(session_id, "rearm")
+        action = "requeued"
     return WorkerRun(session_id, wake, action)
 
 
