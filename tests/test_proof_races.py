@@ -153,10 +153,14 @@ def throttle_requests(raw_client: Any, share: float, seed: int, tally: Counter[s
     rng = random.Random(seed)
     lock = threading.Lock()
     service = raw_client.meta.service_model.service_name
+    seen = [0]
 
     def maybe_throttle(request: Any, **_: Any) -> AWSResponse | None:
         with lock:
-            hit = rng.random() < share
+            # The first request of each client is always throttled, so every service's retry
+            # path is exercised however few calls a run happens to make.
+            seen[0] += 1
+            hit = seen[0] == 1 or rng.random() < share
         if not hit:
             return None
         tally[f"{service} throttled"] += 1
