@@ -165,7 +165,9 @@ def check_documents(stack: Any, sessions: set[str]) -> int:
     count = 0
     try:
         for sid in sessions:
-            ConversationHead.model_validate(store.get_doc(sid, "conv/main").body)  # type: ignore[union-attr]
+            head = store.get_doc(sid, "conv/main")
+            assert head is not None, f"session {sid} has no conversation"
+            ConversationHead.model_validate(head.body)
             for doc in store.list_docs(sid, "conv/main/s/"):
                 submission = Submission.model_validate(doc.body)
                 assert 1 <= len(submission.content) <= MAX_CONTENT_CHARS
