@@ -40,7 +40,7 @@ from bide.agent.conversation import ConversationHead, Submission  # noqa: E402
 from bide.aws.constants import MAX_WEBHOOK_BODY_BYTES  # noqa: E402
 from bide.local import LocalStack  # noqa: E402
 from bide.local.thread import BackgroundStack  # noqa: E402
-from bide.service.http import MAX_CONTENT_CHARS, REQUEST_ID_PATTERN  # noqa: E402
+from bide.service.api_models import MAX_CONTENT_CHARS, REQUEST_ID_PATTERN  # noqa: E402
 from bide.service.webhooks import make_token, parse_token, sign  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,9 +23,9 @@ import urllib.parse
 import weakref
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from ..agent.conversation import Submission
 from ..aws.constants import DEFAULT_SAFETY_MARGIN_MS
@@ -33,6 +33,26 @@ from ..aws.sqs import parse_wake
 from ..errors import ConflictError, DefinitionError, StoreUnavailable
 from ..workflow import service as workflow_service
 from . import observability as obs
+from .api_models import (
+    MAX_NAME as _MAX_NAME,
+)
+from .api_models import (
+    SESSION_ID_PATTERN,
+    AnswerAsk,
+    Cancelled,
+    CompleteAuthorization,
+    CreateSession,
+    Delivery,
+    Ended,
+    ErrorBody,
+    FieldError,
+    SessionCreated,
+    SessionView,
+    Stopped,
+    SubmitInput,
+    ValidationErrorBody,
+    WorkflowView,
+)
 from .deps import Deps
 from .sessions import SessionNotFound, cancel_task, create_session, stop, submit, view
 from .signals import STATUS_OF, deliver, deliver_webhook, parse_json_body
@@ -50,11 +70,7 @@ API_VERSION = "0.1.0"
 
 #: Session ids the HTTP routes accept: each is also the SQS FIFO message group of its wakes,
 #: so it must be a valid MessageGroupId (<= 128 characters), and it must fit a URL segment.
-SESSION_ID_PATTERN = r"^[A-Za-z0-9_.:@=+-]{1,128}$"
 #: Request ids become document keys: the same characters, no separators.
-REQUEST_ID_PATTERN = r"^[A-Za-z0-9_.:@=+-]{1,128}$"
-_MAX_NAME = 256  # task ids, signal names and keys in a path
-MAX_CONTENT_CHARS = 100_000  # one user input; larger text belongs in a document or a file
 
 #: The routes :func:`handle_signal` serves (API Gateway route keys).
 SIGNAL_ROUTES: dict[str, str] = {
@@ -283,154 +299,6 @@ def _busy(exc: Exception) -> dict[str, Any]:
 
 
 # --- sessions API ------------------------------------------------------------------------------
-
-
-class CreateSession(BaseModel):
-    """``POST /sessions``: an optional id (creating an existing session is a no-op)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    session_id: str | None = Field(
-        default=None, pattern=SESSION_ID_PATTERN, description="omit to get a random id"
-    )
-
-
-class SessionCreated(BaseModel):
-    """The created (or existing) session."""
-
-    session_id: str
-
-
-class SubmitInput(BaseModel):
-    """``POST /sessions/{session_id}/inputs``: user input for the main conversation."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
-    request_id: str = Field(
-        pattern=REQUEST_ID_PATTERN,
-        description="idempotency key: submitting again with it returns the first submission",
-    )
-    when_busy: Literal["steer", "follow_up", "reject"] = Field(
-        default="follow_up",
-        description="what to do while a run is going: join it at its next boundary (steer), "
-        "start after it (follow_up) or refuse (reject)",
-    )
-
-
-class SignalKeyView(BaseModel):
-    """One key a sleeping task waits on."""
-
-    signal: str
-    key: str
-
-
-class ToolCallView(BaseModel):
-    """What a live tool call is calling."""
-
-    name: str
-    arguments: Any = None
-
-
-class TaskNode(BaseModel):
-    """A live task: its status and, when parked, what it waits for."""
-
-    id: str
-    kind: str
-    owner: str | None = None
-    status: str = Field(description="pending | running | sleeping | waiting | completing")
-    abort_marked: bool = False
-    phase: str | None = None
-    until: float | None = Field(default=None, description="a sleep's deadline (epoch seconds)")
-    keys: list[SignalKeyView] | None = Field(default=None, description="a sleep's signal keys")
-    policy: str | None = Field(default=None, description="a wait's policy")
-    on: list[str] | None = Field(default=None, description="the tasks a wait is on")
-    tool: ToolCallView | None = Field(default=None, description="set for a live tool call")
-
-
-class WakeView(BaseModel):
-    """Whether the session has work to run now, and when it must run next otherwise."""
-
-    active: bool
-    at: float | None = None
-
-
-class SessionView(BaseModel):
-    """``GET /sessions/{session_id}``: the live task graph, transcript and submissions."""
-
-    session_id: str
-    running: bool = Field(description="whether a generation run is open")
-    wake: WakeView
-    tasks: list[TaskNode]
-    entries: list[dict[str, Any]]
-    submissions: list[Submission]
-
-
-class Stopped(BaseModel):
-    """The result of Stop."""
-
-    stopped: bool = Field(description="false when no run was going")
-
-
-class Cancelled(BaseModel):
-    """The result of cancelling a task."""
-
-    cancelled: bool = Field(description="false when the task had already ended")
-
-
-class AnswerAsk(BaseModel):
-    """An answer to a workflow's question: an option, free text, or both."""
-
-    option_id: str | None = Field(default=None, max_length=_MAX_NAME)
-    text: str | None = Field(default=None, max_length=MAX_CONTENT_CHARS)
-
-
-class CompleteAuthorization(BaseModel):
-    """A sign-in callback: the provider's token (kept by the provider port, never stored in
-    the session)."""
-
-    token: str = Field(min_length=1, max_length=16_384)
-
-
-class Delivery(BaseModel):
-    """What became of an answer or a callback (the signal result)."""
-
-    result: str
-
-
-class WorkflowView(BaseModel):
-    """``GET /sessions/{session_id}/workflow``: open questions, sign-ins, background tasks."""
-
-    asks: list[dict[str, Any]]
-    authorizations: list[dict[str, Any]]
-    tasks: list[dict[str, Any]]
-
-
-class Ended(BaseModel):
-    """The background tasks cancelled when the session ended."""
-
-    cancelled: list[str]
-
-
-class ErrorBody(BaseModel):
-    """Why a request was refused."""
-
-    error: str
-
-
-class FieldError(BaseModel):
-    """One invalid field: where it is and why it is invalid."""
-
-    loc: list[str | int]
-    msg: str
-    type: str
-
-
-class ValidationErrorBody(BaseModel):
-    """422: the request failed validation."""
-
-    statusCode: int = 422  # camelCase: the name Powertools' own 422 answer uses
-    detail: list[FieldError]
 
 
 def _responses(ok: tuple[int, str, type[BaseModel]], *errors: int) -> dict[int, "OpenAPIResponse"]:

@@ -1,0 +1,162 @@
+"""The sessions API's request and response models (its OpenAPI schemas)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..agent.conversation import Submission
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9_.:@=+-]{1,128}$"
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9_.:@=+-]{1,128}$"
+MAX_NAME = 256  # task ids, signal names and keys in a path
+MAX_CONTENT_CHARS = 100_000  # one user input; larger text belongs in a document or a file
+
+
+class CreateSession(BaseModel):
+    """``POST /sessions``: an optional id (creating an existing session is a no-op)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str | None = Field(
+        default=None, pattern=SESSION_ID_PATTERN, description="omit to get a random id"
+    )
+
+
+class SessionCreated(BaseModel):
+    """The created (or existing) session."""
+
+    session_id: str
+
+
+class SubmitInput(BaseModel):
+    """``POST /sessions/{session_id}/inputs``: user input for the main conversation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    request_id: str = Field(
+        pattern=REQUEST_ID_PATTERN,
+        description="idempotency key: submitting again with it returns the first submission",
+    )
+    when_busy: Literal["steer", "follow_up", "reject"] = Field(
+        default="follow_up",
+        description="what to do while a run is going: join it at its next boundary (steer), "
+        "start after it (follow_up) or refuse (reject)",
+    )
+
+
+class SignalKeyView(BaseModel):
+    """One key a sleeping task waits on."""
+
+    signal: str
+    key: str
+
+
+class ToolCallView(BaseModel):
+    """What a live tool call is calling."""
+
+    name: str
+    arguments: Any = None
+
+
+class TaskNode(BaseModel):
+    """A live task: its status and, when parked, what it waits for."""
+
+    id: str
+    kind: str
+    owner: str | None = None
+    status: str = Field(description="pending | running | sleeping | waiting | completing")
+    abort_marked: bool = False
+    phase: str | None = None
+    until: float | None = Field(default=None, description="a sleep's deadline (epoch seconds)")
+    keys: list[SignalKeyView] | None = Field(default=None, description="a sleep's signal keys")
+    policy: str | None = Field(default=None, description="a wait's policy")
+    on: list[str] | None = Field(default=None, description="the tasks a wait is on")
+    tool: ToolCallView | None = Field(default=None, description="set for a live tool call")
+
+
+class WakeView(BaseModel):
+    """Whether the session has work to run now, and when it must run next otherwise."""
+
+    active: bool
+    at: float | None = None
+
+
+class SessionView(BaseModel):
+    """``GET /sessions/{session_id}``: the live task graph, transcript and submissions."""
+
+    session_id: str
+    running: bool = Field(description="whether a generation run is open")
+    wake: WakeView
+    tasks: list[TaskNode]
+    entries: list[dict[str, Any]]
+    submissions: list[Submission]
+
+
+class Stopped(BaseModel):
+    """The result of Stop."""
+
+    stopped: bool = Field(description="false when no run was going")
+
+
+class Cancelled(BaseModel):
+    """The result of cancelling a task."""
+
+    cancelled: bool = Field(description="false when the task had already ended")
+
+
+class AnswerAsk(BaseModel):
+    """An answer to a workflow's question: an option, free text, or both."""
+
+    option_id: str | None = Field(default=None, max_length=MAX_NAME)
+    text: str | None = Field(default=None, max_length=MAX_CONTENT_CHARS)
+
+
+class CompleteAuthorization(BaseModel):
+    """A sign-in callback: the provider's token (kept by the provider port, never stored in
+    the session)."""
+
+    token: str = Field(min_length=1, max_length=16_384)
+
+
+class Delivery(BaseModel):
+    """What became of an answer or a callback (the signal result)."""
+
+    result: str
+
+
+class WorkflowView(BaseModel):
+    """``GET /sessions/{session_id}/workflow``: open questions, sign-ins, background tasks."""
+
+    asks: list[dict[str, Any]]
+    authorizations: list[dict[str, Any]]
+    tasks: list[dict[str, Any]]
+
+
+class Ended(BaseModel):
+    """The background tasks cancelled when the session ended."""
+
+    cancelled: list[str]
+
+
+class ErrorBody(BaseModel):
+    """Why a request was refused."""
+
+    error: str
+
+
+class FieldError(BaseModel):
+    """One invalid field: where it is and why it is invalid."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorBody(BaseModel):
+    """422: the request failed validation."""
+
+    statusCode: int = 422  # camelCase: the name Powertools' own 422 answer uses
+    detail: list[FieldError]
