@@ -14,12 +14,12 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from . import scheduler
 from .clock import Clock, SystemClock
 from .errors import (
     ConflictError,
     DefinitionError,
     HarnessClosed,
-    InvocationEnded,
     KeyReuseError,
     UnknownTaskKind,
 )
@@ -29,38 +29,28 @@ from .rules import (
     SignalDecision,
     Wake,
     bump,
-    cascade_pending,
     compute_wake,
     decide_signal,
     descendants,
     ended_outcome,
     live_children,
-    ready_to_settle,
-    runnable_for_abort,
-    wakeup,
 )
-from .runtime import Runtime
 from .signals import SignalResult, SignalToken
 from .state import (
-    Aborted,
     Completing,
     Faulted,
-    Orphaned,
     Outcome,
     Pending,
     Running,
-    Sleeping,
     Terminal,
-    Waiting,
 )
-from .store.base import MAX_COMMIT_ITEMS, Doc, Store
-from .tasks import TaskDefinition, TaskView
+from .store.base import Doc, Store
+from .tasks import TaskDefinition
 
 R = TypeVar("R")
 
 DEFAULT_RESTART_LIMIT = 5
 _COMMIT_ATTEMPTS = 8
-_RESERVE_BUDGET = MAX_COMMIT_ITEMS - 9  # leave room; marks and reservations share a commit
 _MARK_BUDGET = 60  # descendants marked in the commit that ends or aborts their owner
 
 
@@ -266,8 +256,8 @@ class Harness:
             while not self._closed:
                 self._truncated = False
                 if stop_at is None or self.clock.now() < stop_at:
-                    for task_id, invocation in self._apply(self._reserve):
-                        self._spawn(task_id, invocation)
+                    for task_id, invocation in self._apply(lambda d: scheduler.reserve(self, d)):
+                        scheduler.spawn(self, task_id, invocation)
                     self._first_pass = False
                 if self._truncated and (stop_at is None or self.clock.now() < stop_at):
                     continue  # more to reserve than one commit holds
@@ -399,7 +389,7 @@ class Harness:
         live = d.live()
         if live_children(record.id, live):
             # Direct children first; deeper work and anything past the budget is marked by
-            # the scheduler's next pass (_propagate_aborts), so no commit grows unbounded.
+            # the scheduler's next pass (scheduler.propagate_aborts), so no commit grows unbounded.
             for child in live_children(record.id, live)[:_MARK_BUDGET]:
                 if not child.abort_marked and not child.background:
                     d.put(bump(child, abort_marked=True, abort_reason="owner ended"))
@@ -496,180 +486,6 @@ class Harness:
             raise HarnessClosed("this harness was closed; create a new one")
         if not self._opened:
             raise HarnessClosed("call `await harness.open()` first")
-
-    # --- scheduling --------------------------------------------------------------------------
-
-    def _reserve(self, d: Draft) -> list[tuple[str, str]]:
-        """One commit that settles finished owners and reserves every eligible task."""
-        now = self.clock.now()
-        live = d.live()
-        started: list[tuple[str, str]] = []
-        self._propagate_aborts(d, live)
-        for record in live.values():
-            if len(d.writes) >= _RESERVE_BUDGET:
-                # A store writes at most MAX_COMMIT_ITEMS items at once; the rest are
-                # reserved by the next pass of the run loop.
-                self._truncated = True
-                break
-            if record.id in self._inflight or record.id in d.writes:
-                continue
-            state = record.state
-            if ready_to_settle(record, live):
-                assert isinstance(state, Completing)
-                d.put(bump(record, state=Terminal(outcome=state.outcome), memos={}, signals={}))
-                # A task waiting on this one can only be woken by the next pass.
-                self._truncated = True
-                continue
-            if record.abort_marked:
-                if not runnable_for_abort(record, live):
-                    continue
-                checkpoint = state.checkpoint  # type: ignore[union-attr]
-                wake = state.wake if isinstance(state, Pending) else None
-                signals = record.signals
-            elif isinstance(state, Pending):
-                checkpoint, wake, signals = state.checkpoint, state.wake, record.signals
-            elif isinstance(state, Sleeping | Waiting):
-                found = wakeup(record, now, self.outcome)
-                if found is not None:
-                    checkpoint, wake, signals = state.checkpoint, found.wake, dict(found.signals)
-                elif self._reruns(record):
-                    checkpoint, wake, signals = state.checkpoint, None, record.signals
-                else:
-                    continue
-            else:
-                continue
-            invocation = self.ids.new_id("i-")
-            running = Running(checkpoint=checkpoint, wake=wake, invocation=invocation)
-            d.put(bump(record, state=running, signals=signals))
-            started.append((record.id, invocation))
-        return started
-
-    def _propagate_aborts(self, d: Draft, live: dict[str, TaskRecord]) -> None:
-        """Finish cascades that did not fit one commit: work owned by an abort-marked task,
-        or (unless in the background) by a task that ended, gets its abort mark."""
-        for record in live.values():
-            if len(d.writes) >= _RESERVE_BUDGET // 2:
-                self._truncated = True
-                return
-            if cascade_pending(record, live):
-                owner = live[record.owner]  # type: ignore[index]
-                reason = owner.abort_reason if owner.abort_marked else "owner ended"
-                d.put(bump(record, abort_marked=True, abort_reason=reason))
-                # Marked in this commit, so not reserved by it: its abort (or the next level
-                # of the cascade) needs another pass before the session is parked.
-                self._truncated = True
-
-    def _spawn(self, task_id: str, invocation: str) -> None:
-        self._mine.add(invocation)
-        self._inflight[task_id] = asyncio.ensure_future(self._invoke(task_id, invocation))
-
-    def _held(self, task_id: str, invocation: str) -> TaskRecord | None:
-        record = self._live.get(task_id)
-        state = record.state if record is not None else None
-        if isinstance(state, Running) and state.invocation == invocation:
-            return record
-        return None
-
-    async def _invoke(self, task_id: str, invocation: str) -> None:
-        try:
-            while (record := self._held(task_id, invocation)) is not None:
-                definition = self._defs.get((record.kind, record.version))
-                if definition is None:
-                    why = f"no definition of task kind {record.kind!r} v{record.version}"
-                    self._end_held(task_id, invocation, Orphaned(reason=why))
-                elif record.abort_marked and live_children(task_id, self._live):
-                    self._release_held(task_id, invocation)  # its abort waits for owned work
-                elif record.abort_marked:
-                    await self._run_abort(definition, record, invocation)
-                else:
-                    await self._run_phase(definition, record, invocation)
-        finally:
-            self._inflight.pop(task_id, None)
-            self._changed.set()
-
-    async def _run_phase(
-        self, definition: TaskDefinition, record: TaskRecord, invocation: str
-    ) -> None:
-        state = record.state
-        assert isinstance(state, Running)
-        name = state.checkpoint["phase"]
-        phase = definition.phases.get(name)
-        if phase is None:
-            self._end_held(record.id, invocation, Faulted(error=f"no phase named {name!r}"))
-            return
-        runtime = Runtime(self, record, invocation, aborting=False)
-        try:
-            await phase(_view(record), runtime)
-        except InvocationEnded:
-            return
-        except Exception as exc:
-            if not record.abort_marked and not self._aborted(record.id):
-                error = f"phase {name!r} raised {type(exc).__name__}: {exc}"
-                self._end_held(record.id, invocation, Faulted(error=error))
-            return
-        held = self._held(record.id, invocation) is not None
-        if held and not self._aborted(record.id) and not runtime.progressed:
-            error = f"phase {name!r} returned without durable progress"
-            self._end_held(record.id, invocation, Faulted(error=error))
-
-    async def _run_abort(
-        self, definition: TaskDefinition, record: TaskRecord, invocation: str
-    ) -> None:
-        if definition.abort is None:
-            self._end_held(record.id, invocation, Aborted(reason=record.abort_reason))
-            return
-        runtime = Runtime(self, record, invocation, aborting=True)
-        try:
-            await definition.abort(_view(record), runtime)
-        except InvocationEnded:
-            return
-        except Exception as exc:
-            error = f"abort handler raised {type(exc).__name__}: {exc}"
-            self._end_held(record.id, invocation, Faulted(error=error))
-            return
-        if self._held(record.id, invocation) is not None:
-            error = "abort handler returned without committing a terminal state"
-            self._end_held(record.id, invocation, Faulted(error=error))
-
-    def _aborted(self, task_id: str) -> bool:
-        record = self._live.get(task_id)
-        return record is not None and record.abort_marked
-
-    def _release_held(self, task_id: str, invocation: str) -> None:
-        def release(d: Draft) -> None:
-            record = d.get(task_id)
-            state = record.state if record is not None else None
-            if isinstance(state, Running) and state.invocation == invocation:
-                assert record is not None
-                d.put(bump(record, state=Pending(checkpoint=state.checkpoint, wake=state.wake)))
-
-        self._apply(release)
-
-    def _end_held(self, task_id: str, invocation: str, outcome: Outcome) -> None:
-        def end(d: Draft) -> None:
-            record = d.get(task_id)
-            state = record.state if record is not None else None
-            if isinstance(state, Running) and state.invocation == invocation:
-                assert record is not None
-                self._finish(d, record, outcome)
-
-        self._apply(end)
-
-
-def _view(record: TaskRecord) -> TaskView:
-    state = record.state
-    assert isinstance(state, Running)
-    return TaskView(
-        id=record.id,
-        session_id=record.session_id,
-        kind=record.kind,
-        input=record.input,
-        checkpoint=state.checkpoint,
-        wake=state.wake,
-        owner=record.owner,
-        abort_reason=record.abort_reason,
-        created_at=record.created_at,
-    )
 
 
 def _require_json(value: Any, what: str) -> None:

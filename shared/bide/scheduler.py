@@ -1,0 +1,221 @@
+"""The scheduler: reserve every eligible task in one commit, run each reserved task's
+phases (or abort handler) as an invocation, and end or release what an invocation held.
+
+These functions are the harness's internals, kept apart from its public commands; they read
+and write the harness's adopted view and commit only through ``Harness._apply``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from .errors import InvocationEnded
+from .records import TaskRecord
+from .rules import bump, cascade_pending, live_children, ready_to_settle, runnable_for_abort, wakeup
+from .runtime import Runtime
+from .state import (
+    Aborted,
+    Completing,
+    Faulted,
+    Orphaned,
+    Outcome,
+    Pending,
+    Running,
+    Sleeping,
+    Terminal,
+    Waiting,
+)
+from .tasks import TaskDefinition, TaskView
+
+if TYPE_CHECKING:
+    from .harness import Draft, Harness
+
+from .store.base import MAX_COMMIT_ITEMS
+
+_RESERVE_BUDGET = MAX_COMMIT_ITEMS - 9  # leave room; marks and reservations share a commit
+
+
+# --- scheduling --------------------------------------------------------------------------
+
+
+def reserve(h: Harness, d: Draft) -> list[tuple[str, str]]:
+    """One commit that settles finished owners and reserves every eligible task."""
+    now = h.clock.now()
+    live = d.live()
+    started: list[tuple[str, str]] = []
+    propagate_aborts(h, d, live)
+    for record in live.values():
+        if len(d.writes) >= _RESERVE_BUDGET:
+            # A store writes at most MAX_COMMIT_ITEMS items at once; the rest are
+            # reserved by the next pass of the run loop.
+            h._truncated = True
+            break
+        if record.id in h._inflight or record.id in d.writes:
+            continue
+        state = record.state
+        if ready_to_settle(record, live):
+            assert isinstance(state, Completing)
+            d.put(bump(record, state=Terminal(outcome=state.outcome), memos={}, signals={}))
+            # A task waiting on this one can only be woken by the next pass.
+            h._truncated = True
+            continue
+        if record.abort_marked:
+            if not runnable_for_abort(record, live):
+                continue
+            checkpoint = state.checkpoint  # type: ignore[union-attr]
+            wake = state.wake if isinstance(state, Pending) else None
+            signals = record.signals
+        elif isinstance(state, Pending):
+            checkpoint, wake, signals = state.checkpoint, state.wake, record.signals
+        elif isinstance(state, Sleeping | Waiting):
+            found = wakeup(record, now, h.outcome)
+            if found is not None:
+                checkpoint, wake, signals = state.checkpoint, found.wake, dict(found.signals)
+            elif h._reruns(record):
+                checkpoint, wake, signals = state.checkpoint, None, record.signals
+            else:
+                continue
+        else:
+            continue
+        invocation = h.ids.new_id("i-")
+        running = Running(checkpoint=checkpoint, wake=wake, invocation=invocation)
+        d.put(bump(record, state=running, signals=signals))
+        started.append((record.id, invocation))
+    return started
+
+
+def propagate_aborts(h: Harness, d: Draft, live: dict[str, TaskRecord]) -> None:
+    """Finish cascades that did not fit one commit: work owned by an abort-marked task,
+    or (unless in the background) by a task that ended, gets its abort mark."""
+    for record in live.values():
+        if len(d.writes) >= _RESERVE_BUDGET // 2:
+            h._truncated = True
+            return
+        if cascade_pending(record, live):
+            owner = live[record.owner]  # type: ignore[index]
+            reason = owner.abort_reason if owner.abort_marked else "owner ended"
+            d.put(bump(record, abort_marked=True, abort_reason=reason))
+            # Marked in this commit, so not reserved by it: its abort (or the next level
+            # of the cascade) needs another pass before the session is parked.
+            h._truncated = True
+
+
+def spawn(h: Harness, task_id: str, invocation: str) -> None:
+    h._mine.add(invocation)
+    h._inflight[task_id] = asyncio.ensure_future(invoke(h, task_id, invocation))
+
+
+def held(h: Harness, task_id: str, invocation: str) -> TaskRecord | None:
+    record = h._live.get(task_id)
+    state = record.state if record is not None else None
+    if isinstance(state, Running) and state.invocation == invocation:
+        return record
+    return None
+
+
+async def invoke(h: Harness, task_id: str, invocation: str) -> None:
+    try:
+        while (record := held(h, task_id, invocation)) is not None:
+            definition = h._defs.get((record.kind, record.version))
+            if definition is None:
+                why = f"no definition of task kind {record.kind!r} v{record.version}"
+                end_held(h, task_id, invocation, Orphaned(reason=why))
+            elif record.abort_marked and live_children(task_id, h._live):
+                release_held(h, task_id, invocation)  # its abort waits for owned work
+            elif record.abort_marked:
+                await run_abort(h, definition, record, invocation)
+            else:
+                await run_phase(h, definition, record, invocation)
+    finally:
+        h._inflight.pop(task_id, None)
+        h._changed.set()
+
+
+async def run_phase(
+    h: Harness, definition: TaskDefinition, record: TaskRecord, invocation: str
+) -> None:
+    state = record.state
+    assert isinstance(state, Running)
+    name = state.checkpoint["phase"]
+    phase = definition.phases.get(name)
+    if phase is None:
+        end_held(h, record.id, invocation, Faulted(error=f"no phase named {name!r}"))
+        return
+    runtime = Runtime(h, record, invocation, aborting=False)
+    try:
+        await phase(_view(record), runtime)
+    except InvocationEnded:
+        return
+    except Exception as exc:
+        if not record.abort_marked and not aborted(h, record.id):
+            error = f"phase {name!r} raised {type(exc).__name__}: {exc}"
+            end_held(h, record.id, invocation, Faulted(error=error))
+        return
+    still_held = held(h, record.id, invocation) is not None
+    if still_held and not aborted(h, record.id) and not runtime.progressed:
+        error = f"phase {name!r} returned without durable progress"
+        end_held(h, record.id, invocation, Faulted(error=error))
+
+
+async def run_abort(
+    h: Harness, definition: TaskDefinition, record: TaskRecord, invocation: str
+) -> None:
+    if definition.abort is None:
+        end_held(h, record.id, invocation, Aborted(reason=record.abort_reason))
+        return
+    runtime = Runtime(h, record, invocation, aborting=True)
+    try:
+        await definition.abort(_view(record), runtime)
+    except InvocationEnded:
+        return
+    except Exception as exc:
+        error = f"abort handler raised {type(exc).__name__}: {exc}"
+        end_held(h, record.id, invocation, Faulted(error=error))
+        return
+    if held(h, record.id, invocation) is not None:
+        error = "abort handler returned without committing a terminal state"
+        end_held(h, record.id, invocation, Faulted(error=error))
+
+
+def aborted(h: Harness, task_id: str) -> bool:
+    record = h._live.get(task_id)
+    return record is not None and record.abort_marked
+
+
+def release_held(h: Harness, task_id: str, invocation: str) -> None:
+    def release(d: Draft) -> None:
+        record = d.get(task_id)
+        state = record.state if record is not None else None
+        if isinstance(state, Running) and state.invocation == invocation:
+            assert record is not None
+            d.put(bump(record, state=Pending(checkpoint=state.checkpoint, wake=state.wake)))
+
+    h._apply(release)
+
+
+def end_held(h: Harness, task_id: str, invocation: str, outcome: Outcome) -> None:
+    def end(d: Draft) -> None:
+        record = d.get(task_id)
+        state = record.state if record is not None else None
+        if isinstance(state, Running) and state.invocation == invocation:
+            assert record is not None
+            h._finish(d, record, outcome)
+
+    h._apply(end)
+
+
+def _view(record: TaskRecord) -> TaskView:
+    state = record.state
+    assert isinstance(state, Running)
+    return TaskView(
+        id=record.id,
+        session_id=record.session_id,
+        kind=record.kind,
+        input=record.input,
+        checkpoint=state.checkpoint,
+        wake=state.wake,
+        owner=record.owner,
+        abort_reason=record.abort_reason,
+        created_at=record.created_at,
+    )
