@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-pytest.register_assert_rewrite("store_contract", "aws_fixtures")
+pytest.register_assert_rewrite("store_contract", "aws_fixtures", "dynamodb_checks")
 
-from aws_fixtures import AwsBench, DynamoDBAdapterChecks, local_bench  # noqa: E402
+from aws_fixtures import AwsBench, local_bench  # noqa: E402
+from dynamodb_checks import DynamoDBAdapterChecks  # noqa: E402
 from store_contract import StoreContract  # noqa: E402
 
 from bide.store.dynamodb import DynamoDBStore  # noqa: E402
