@@ -285,3 +285,8 @@ def local_bench() -> Iterator[AwsBench]:
 # --- DynamoDB-specific checks -----------------------------------------------------------------
 
 _rev = itertools.count(1)
+
+
+def throttled(operation: str) -> ClientError:
+    """DynamoDB's answer when a table's throughput is exceeded."""
+    return client_error("ProvisionedThroughputExceededException", operation)

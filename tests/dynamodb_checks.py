@@ -17,6 +17,7 @@ from aws_fixtures import (
     edit_result,
     fail_after,
     fail_before,
+    throttled,
     unique,
 )
 from botocore.exceptions import ClientError, ReadTimeoutError
@@ -50,11 +51,6 @@ def record(
         rev=fields.pop("rev", next(_rev)),
         **fields,
     )
-
-
-def throttled(operation: str) -> ClientError:
-    """DynamoDB's answer when a table's throughput is exceeded."""
-    return client_error("ProvisionedThroughputExceededException", operation)
 
 
 def _raw_item(bench: AwsBench, session_id: str, sort_key: str) -> dict[str, Any] | None:
