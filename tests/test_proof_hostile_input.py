@@ -37,11 +37,18 @@ from proof_fixtures import ProofProbe, proof_app  # noqa: E402
 
 from bide import SQLiteStore  # noqa: E402
 from bide.agent.conversation import ConversationHead, Submission  # noqa: E402
-from bide.aws.constants import MAX_WEBHOOK_BODY_BYTES  # noqa: E402
+from bide.aws.constants import MAX_WEBHOOK_BODY_BYTES, WEBHOOK_SIGNATURE_WINDOW_SECONDS  # noqa: E402
 from bide.local import LocalStack  # noqa: E402
 from bide.local.thread import BackgroundStack  # noqa: E402
 from bide.service.api_models import MAX_CONTENT_CHARS, REQUEST_ID_PATTERN  # noqa: E402
-from bide.service.webhooks import make_token, parse_token, sign  # noqa: E402
+from bide.service.webhooks import (  # noqa: E402
+    WebhookBinding,
+    WebhookRejected,
+    make_token,
+    parse_token,
+    sign,
+    verify,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = schemathesis.openapi.from_path(ROOT / "docs" / "openapi.json")
@@ -247,6 +254,10 @@ def test_webhook_attacks_are_refused_clearly_and_store_nothing(
 
     good = json.dumps({"text": "green"}).encode()
     now = time.time()
+    # Far past the window on either side: the cases below take real time, and a timestamp just
+    # past the window (now + 301, truncated) drifts back inside it on a slow machine. The exact
+    # boundary is checked with an injected clock in test_webhook_window_boundary.
+    outside = 10 * WEBHOOK_SIGNATURE_WINDOW_SECONDS
     forged_token = make_token(sid, secrets.token_hex(24))  # the real session, a made-up secret
     cases = [
         ("forged token", f"{stack.url}/hooks/{forged_token}", good,
@@ -256,9 +267,9 @@ def test_webhook_attacks_are_refused_clearly_and_store_nothing(
         ("signature of another body", hook.url, good,
          signed_headers(b'{"text": "other"}', HMAC_SECRET, now), 401, "signature does not match"),
         ("replayed: timestamp too old", hook.url, good,
-         signed_headers(good, HMAC_SECRET, now - 301), 401, "window"),
+         signed_headers(good, HMAC_SECRET, now - outside), 401, "window"),
         ("timestamp in the future", hook.url, good,
-         signed_headers(good, HMAC_SECRET, now + 301), 401, "window"),
+         signed_headers(good, HMAC_SECRET, now + outside), 401, "window"),
         ("no signature", hook.url, good, {"Content-Type": "application/json"}, 401,
          "X-Bide-Signature"),
         ("oversized", hook.url, b"x" * (MAX_WEBHOOK_BODY_BYTES + 1),
@@ -305,3 +316,30 @@ def stored_outcome(stack: Any, sid: str, task_id: str) -> str | None:
     if record is None or record.state.status != "terminal":
         return None
     return str(record.state.outcome.result["content"][0]["text"])  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("offset", "accepted"),
+    [
+        (0, True),
+        (WEBHOOK_SIGNATURE_WINDOW_SECONDS, True),
+        (-WEBHOOK_SIGNATURE_WINDOW_SECONDS, True),
+        (WEBHOOK_SIGNATURE_WINDOW_SECONDS + 1, False),
+        (-WEBHOOK_SIGNATURE_WINDOW_SECONDS - 1, False),
+    ],
+)
+def test_webhook_window_boundary(offset: int, accepted: bool) -> None:
+    """The window's edges with the clock injected: exactly ``window`` seconds either way is
+    accepted, one second more is refused (no wall time involved, so no flake)."""
+    now = 1_700_000_000.0
+    binding = WebhookBinding(
+        session_id="s", task_id="t", signal="hook", key="k", hmac_secret=HMAC_SECRET
+    )
+    body = b'{"text": "green"}'
+    headers = {k.lower(): v for k, v in signed_headers(body, HMAC_SECRET, now + offset).items()}
+    if accepted:
+        verify(binding, headers, body, now)
+    else:
+        with pytest.raises(WebhookRejected) as refused:
+            verify(binding, headers, body, now)
+        assert refused.value.status == 401 and "window" in refused.value.message
