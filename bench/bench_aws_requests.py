@@ -65,6 +65,7 @@ from bide import (
     define_task,
 )
 from bide.app import App
+from bide.aws.dynamodb import DynamoDBStore, create_table
 from bide.aws.scheduler import SchedulerAlarms, schedule_name
 from bide.aws.sqs import SqsWakeQueue, parse_wake
 from bide.service import signals as signal_service
@@ -72,7 +73,6 @@ from bide.service.deps import Deps
 from bide.service.observability import ObservedStore
 from bide.service.webhooks import Webhook, mint_webhook, parse_token
 from bide.service.worker import run_session
-from bide.store.dynamodb import DynamoDBStore, create_table
 from bide.tools import Sleep, ToolRegistry, ToolResult, define_tool
 
 REGION = "us-east-1"

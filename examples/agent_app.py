@@ -110,7 +110,7 @@ def model_provider() -> ModelProvider:
     if name == "scripted":
         return ScriptedProvider(scripted_model)
     if name == "bedrock":
-        from bide.agent.providers.bedrock import BedrockConverseProvider
+        from bide.aws.bedrock import BedrockConverseProvider
 
         model_id = os.environ.get("BIDE_MODEL_ID", "").strip()
         if not model_id:

@@ -27,7 +27,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from bide.store.dynamodb import (
+from bide.aws.dynamodb import (
     DynamoDBStore,
     create_table,
 )

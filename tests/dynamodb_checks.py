@@ -22,16 +22,16 @@ from aws_fixtures import (
 )
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from bide.errors import CommitTooLarge, ConflictError, StoreUnavailable
-from bide.records import TaskRecord
-from bide.state import Completed, Pending, Terminal
-from bide.store.base import MAX_COMMIT_ITEMS, Doc
-from bide.store.dynamodb import (
+from bide.aws.dynamodb import (
     LIVE_INDEX,
     LIVE_INDEX_KEY,
     MAX_TASK_WRITES,
     DynamoDBStore,
 )
+from bide.engine.errors import CommitTooLarge, ConflictError, StoreUnavailable
+from bide.engine.records import TaskRecord
+from bide.engine.state import Completed, Pending, Terminal
+from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc
 
 
 def record(

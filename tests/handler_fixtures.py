@@ -41,13 +41,13 @@ from bide.agent import Agent
 from bide.agent.providers import ModelRequest
 from bide.agent.providers.scripted import ScriptedProvider, call_tool, last_tool_result, reply
 from bide.app import App
+from bide.aws.dynamodb import DynamoDBStore, create_table
 from bide.aws.scheduler import SchedulerAlarms
 from bide.aws.sqs import SqsWakeQueue
 from bide.service.deps import Deps
 from bide.service.http import handle_worker
 from bide.service.observability import ObservedStore
 from bide.service.webhooks import Webhook, mint_webhook
-from bide.store.dynamodb import DynamoDBStore, create_table
 from bide.tools import Sleep, ToolRegistry, ToolResult, define_tool
 
 ACCOUNT = "123456789012"

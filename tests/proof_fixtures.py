@@ -29,14 +29,14 @@ from handler_fixtures import ROLE_ARN, NoArgs, Probe, make_app
 
 from bide import Harness, ManualClock, RandomIds, TaskRecord
 from bide.app import App
+from bide.aws.dynamodb import DynamoDBStore, create_table
 from bide.aws.scheduler import SchedulerAlarms, schedule_name
 from bide.aws.sqs import SqsWakeQueue, parse_wake
-from bide.errors import ConflictError
-from bide.rules import Wake
+from bide.engine.errors import ConflictError
+from bide.engine.rules import Wake
+from bide.engine.store.base import Doc, Store
 from bide.service.deps import Deps
 from bide.service.worker import run_session
-from bide.store.base import Doc, Store
-from bide.store.dynamodb import DynamoDBStore, create_table
 from bide.testing import Crash
 from bide.tools import ToolResult, define_tool
 

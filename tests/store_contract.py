@@ -1,4 +1,4 @@
-"""The Store contract: one suite that every :class:`bide.store.Store` must pass.
+"""The Store contract: one suite that every :class:`bide.engine.store.Store` must pass.
 
 Use it by subclassing in a test module and providing a ``store`` fixture::
 
@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from bide.errors import CommitTooLarge, ConflictError
-from bide.records import SignalSlot, TaskRecord
-from bide.signals import SignalKey
-from bide.state import (
+from bide.engine.errors import CommitTooLarge, ConflictError
+from bide.engine.records import SignalSlot, TaskRecord
+from bide.engine.signals import SignalKey
+from bide.engine.state import (
     Aborted,
     Completed,
     Completing,
@@ -39,7 +39,7 @@ from bide.state import (
     Waiting,
     WakeSignal,
 )
-from bide.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot, Store
+from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot, Store
 
 
 def new_session() -> str:

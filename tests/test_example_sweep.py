@@ -120,7 +120,7 @@ def test_crash_at_every_write_on_dynamodb(name):
     from aws_fixtures import LockedClient, aws_client, fake_aws_environment
     from moto import mock_aws
 
-    from bide.store.dynamodb import DynamoDBStore, create_table
+    from bide.aws.dynamodb import DynamoDBStore, create_table
 
     with fake_aws_environment(), mock_aws():
         ddb = LockedClient(aws_client("dynamodb"), threading.Lock())

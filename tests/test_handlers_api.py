@@ -261,7 +261,7 @@ def test_unknown_sessions_are_404(bench: Bench) -> None:
 
 
 def test_a_busy_store_is_503_and_a_crash_is_a_plain_500(bench: Bench, monkeypatch) -> None:
-    from bide.errors import StoreUnavailable
+    from bide.engine.errors import StoreUnavailable
     from bide.service import http as http_service
 
     sid = new_session(bench)

@@ -23,7 +23,8 @@ from handler_fixtures import (  # noqa: E402
     response_json,
 )
 
-from bide.aws import constants as c  # noqa: E402
+from bide import constants as c  # noqa: E402
+from bide.aws.dynamodb import DynamoDBStore  # noqa: E402
 from bide.aws.scheduler import SchedulerAlarms  # noqa: E402
 from bide.service.config import (  # noqa: E402
     ConfigError,
@@ -32,7 +33,6 @@ from bide.service.config import (  # noqa: E402
     settings_from_env,
 )
 from bide.service.observability import ObservedStore  # noqa: E402
-from bide.store.dynamodb import DynamoDBStore  # noqa: E402
 
 __all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to find
 

@@ -333,7 +333,7 @@ def test_the_wake_is_queued_before_the_value_is_stored(bench: Bench, monkeypatch
 
 
 def test_a_busy_store_is_503_with_retry_after(bench: Bench, monkeypatch) -> None:
-    from bide.errors import StoreUnavailable
+    from bide.engine.errors import StoreUnavailable
 
     sid, task_id = parked_napper(bench)
 

@@ -29,7 +29,7 @@ from handler_fixtures import (  # noqa: E402
 
 from bide.aws.scheduler import at_expression, schedule_name  # noqa: E402
 from bide.aws.sqs import parse_wake  # noqa: E402
-from bide.harness import Harness  # noqa: E402
+from bide.engine.harness import Harness  # noqa: E402
 from bide.service import http as http_service  # noqa: E402
 from bide.service import observability as obs  # noqa: E402
 from bide.service import signals as signals_service  # noqa: E402

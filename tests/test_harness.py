@@ -22,7 +22,7 @@ from bide import (
     Wake,
     define_task,
 )
-from bide.delivery import deliver_signal
+from bide.engine.delivery import deliver_signal
 
 
 def test_wake_cases():

@@ -22,8 +22,8 @@ from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
 from cfnlint.api import ManualArgs, lint_file
 
-from bide.aws import constants as c
-from bide.store.dynamodb import table_definition
+from bide import constants as c
+from bide.aws.dynamodb import table_definition
 from infra.bide_stack import FEATURE_FLAGS, SKIP_BUNDLING_CONTEXT, BideService, BideStack
 from infra.bide_stack.service import SCHEDULE_ACTIONS, TABLE_ACTIONS
 

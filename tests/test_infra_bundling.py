@@ -19,7 +19,7 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 
-from bide.aws import constants as c
+from bide import constants as c
 from infra.bide_stack import FEATURE_FLAGS, SKIP_BUNDLING_ENV, BideStack, bundling
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ returned for each listed key, and whether sleeping again on the old key was refu
 
 Deliveries also travel through a small network that reorders and duplicates them (a value
 sent twice, copies arriving in any order, some through the store alone as another process's
-signal handler would deliver them with :func:`bide.delivery.deliver_signal`). And workers
+signal handler would deliver them with :func:`bide.engine.delivery.deliver_signal`). And workers
 race: while one harness's run is stopped inside a phase, another process delivers signals or
 aborts a task, or a second harness opens the session (taking the running task over, as a
 duplicate worker would) and runs it; then the first run goes on. Whichever harness did the

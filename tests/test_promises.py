@@ -260,9 +260,9 @@ def test_each_await_interval_uses_a_fresh_key_and_a_reused_expired_key_is_refuse
     run(go())
 
     # and the engine refuses a sleep on an expired key, which is why the intervals differ
-    from bide.records import SignalSlot, TaskRecord
-    from bide.rules import check_sleep
-    from bide.state import Running
+    from bide.engine.records import SignalSlot, TaskRecord
+    from bide.engine.rules import check_sleep
+    from bide.engine.state import Running
 
     record = TaskRecord(
         id="t",

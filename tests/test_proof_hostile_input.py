@@ -37,7 +37,7 @@ from proof_fixtures import ProofProbe, proof_app  # noqa: E402
 
 from bide import SQLiteStore  # noqa: E402
 from bide.agent.conversation import ConversationHead, Submission  # noqa: E402
-from bide.aws.constants import MAX_WEBHOOK_BODY_BYTES, WEBHOOK_SIGNATURE_WINDOW_SECONDS  # noqa: E402
+from bide.constants import MAX_WEBHOOK_BODY_BYTES, WEBHOOK_SIGNATURE_WINDOW_SECONDS  # noqa: E402
 from bide.local import LocalStack  # noqa: E402
 from bide.local.thread import BackgroundStack  # noqa: E402
 from bide.service.api_models import MAX_CONTENT_CHARS, REQUEST_ID_PATTERN  # noqa: E402

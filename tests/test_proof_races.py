@@ -52,12 +52,12 @@ from handler_fixtures import REPLY, ROLE_ARN  # noqa: E402
 from proof_fixtures import Ledger, ProofProbe, proof_app  # noqa: E402
 
 from bide import Harness, ManualClock, RandomIds, SignalResult, TaskRecord  # noqa: E402
+from bide.aws.dynamodb import DynamoDBStore, create_table  # noqa: E402
 from bide.aws.scheduler import SchedulerAlarms, schedule_name  # noqa: E402
 from bide.aws.sqs import SqsWakeQueue, parse_wake  # noqa: E402
 from bide.service.deps import Deps  # noqa: E402
 from bide.service.signals import deliver  # noqa: E402
 from bide.service.worker import run_session  # noqa: E402
-from bide.store.dynamodb import DynamoDBStore, create_table  # noqa: E402
 
 HOUR = 3600.0
 THROTTLE_SHARE = 0.2

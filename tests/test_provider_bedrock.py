@@ -35,7 +35,7 @@ from bide.agent.providers import (
     Usage,
     UserMessage,
 )
-from bide.agent.providers.bedrock import BLANK_TEXT, BedrockConverseProvider
+from bide.aws.bedrock import BLANK_TEXT, BedrockConverseProvider
 
 MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
 

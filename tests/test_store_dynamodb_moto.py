@@ -11,7 +11,7 @@ from aws_fixtures import AwsBench, moto_bench  # noqa: E402
 from dynamodb_checks import DynamoDBAdapterChecks  # noqa: E402
 from store_contract import StoreContract  # noqa: E402
 
-from bide.store.dynamodb import DynamoDBStore  # noqa: E402
+from bide.aws.dynamodb import DynamoDBStore  # noqa: E402
 
 __all__ = ["moto_bench"]  # a fixture, imported for pytest to find
 

@@ -12,7 +12,7 @@ pytest.register_assert_rewrite("store_contract")
 
 from store_contract import StoreContract  # noqa: E402
 
-from bide.store import SQLiteStore  # noqa: E402
+from bide.engine.store import SQLiteStore  # noqa: E402
 
 
 class TestSQLiteInMemory(StoreContract):

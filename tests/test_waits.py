@@ -48,7 +48,7 @@ def parent(policy: str, n: int = 3):
 
 
 def keyed_child(k, pid, key):
-    from bide.ids import keyed_id
+    from bide.engine.ids import keyed_id
 
     return keyed_id("t-", "s1", pid, key)
 

@@ -372,7 +372,7 @@ def test_a_webhook_delivers_every_request_through_one_url_and_closes_with_the_ru
 
 
 def test_the_stream_key_of_store_delivery_matches_in_process_delivery():
-    from bide.delivery import deliver_signal, stream_key
+    from bide.engine.delivery import deliver_signal, stream_key
     from bide.workflow import WEBHOOK
 
     async def body(args, ctx):

@@ -10,7 +10,7 @@ from kit import run
 from test_workflow_support import Note, Session, Tools
 
 from bide.agent.providers.scripted import call_tools, reply
-from bide.errors import DefinitionError
+from bide.engine.errors import DefinitionError
 from bide.tools import Sleep, ToolRegistry, define_tool, wrap_tool
 from bide.workflow import ToolShape, define_workflow_tool
 

@@ -32,8 +32,8 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from bide.aws import constants as c
-from bide.store.dynamodb import table_definition
+from bide import constants as c
+from bide.aws.dynamodb import table_definition
 
 from .bundling import (
     ARCHITECTURE,
@@ -62,7 +62,7 @@ SCHEDULE_ACTIONS = (
     "scheduler:DeleteSchedule",
     "scheduler:GetSchedule",
 )
-# What bide.store.dynamodb and the signal/API services call (TransactWriteItems is authorised
+# What bide.aws.dynamodb and the signal/API services call (TransactWriteItems is authorised
 # per contained Put/Update/Delete/ConditionCheck; TransactGetItems per GetItem). No Scan,
 # no DescribeTable, no streams.
 TABLE_ACTIONS = (
@@ -75,7 +75,7 @@ TABLE_ACTIONS = (
     "dynamodb:DeleteItem",
     "dynamodb:BatchWriteItem",
 )
-# Every function commits through bide.store.dynamodb, which writes any record over its offload
+# Every function commits through bide.aws.dynamodb, which writes any record over its offload
 # threshold (64 KiB of JSON) to S3 before the transaction: the worker's results, the signal
 # function's delivered values (webhook bodies may be 256 KiB), the API's submissions. Objects
 # are content-addressed and never deleted or listed, so Get and Put are all anyone needs.
@@ -250,7 +250,7 @@ class BideService(Construct):
 
     def _table(self, removal: cdk.RemovalPolicy, retain: bool) -> dynamodb.Table:
         # Keys and the local index come from the store's own CreateTable request, so the
-        # deployed table and bide.store.dynamodb cannot disagree.
+        # deployed table and bide.aws.dynamodb cannot disagree.
         definition = table_definition("bide")
         types = {a["AttributeName"]: a["AttributeType"] for a in definition["AttributeDefinitions"]}
 

@@ -16,9 +16,9 @@ The public API:
 * errors: :class:`BideError` and its subclasses.
 """
 
-from .clock import DAY, HOUR, MINUTE, Clock, ManualClock, SystemClock
-from .delivery import deliver_signal
-from .errors import (
+from .engine.clock import DAY, HOUR, MINUTE, Clock, ManualClock, SystemClock
+from .engine.delivery import deliver_signal
+from .engine.errors import (
     BideError,
     CommitTooLarge,
     ConflictError,
@@ -32,11 +32,11 @@ from .errors import (
     StoreUnavailable,
     UnknownTaskKind,
 )
-from .harness import Harness
-from .ids import IdSource, RandomIds, SequentialIds
-from .records import TaskRecord
-from .rules import Wake
-from .signals import (
+from .engine.harness import Harness
+from .engine.ids import IdSource, RandomIds, SequentialIds
+from .engine.records import TaskRecord
+from .engine.rules import Wake
+from .engine.signals import (
     InvalidSignalValue,
     SignalExpired,
     SignalKey,
@@ -46,7 +46,7 @@ from .signals import (
     SignalValue,
     define_signal,
 )
-from .state import (
+from .engine.state import (
     Aborted,
     Completed,
     Completing,
@@ -66,8 +66,8 @@ from .state import (
     WakeTasks,
     WakeTime,
 )
-from .store import SessionSnapshot, SQLiteStore, Store
-from .tasks import TaskDefinition, TaskRuntime, TaskView, Tx, define_task
+from .engine.store import SessionSnapshot, SQLiteStore, Store
+from .engine.tasks import TaskDefinition, TaskRuntime, TaskView, Tx, define_task
 
 __all__ = [
     "DAY",

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .errors import DefinitionError
+from .engine.errors import DefinitionError
 from .tools.define import ToolDefinition
 
 ANY_FAMILY = "*"

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import DefinitionError
-from .signals import SignalToken
-from .tasks import TaskDefinition
+from .engine.errors import DefinitionError
+from .engine.signals import SignalToken
+from .engine.tasks import TaskDefinition
 from .tools.registry import ToolRegistry
 
 

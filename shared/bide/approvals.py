@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .host import WriteTx, host_commit, read_docs
-from .ids import keyed_id
-from .signals import SignalExpired, SignalResult, SignalToken, SignalValue, define_signal
+from .engine.host import WriteTx, host_commit, read_docs
+from .engine.ids import keyed_id
+from .engine.signals import SignalExpired, SignalResult, SignalToken, SignalValue, define_signal
 from .tools.define import ToolDefinition, define_tool
 from .tools.results import Sleep, ToolErrorCode, ToolResult, Wait
 
 if TYPE_CHECKING:
-    from .harness import Harness
+    from .engine.harness import Harness
 
 
 class ApprovalDecision(BaseModel):

@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .clock import SystemClock
-from .errors import BideError
+from .engine.clock import SystemClock
+from .engine.errors import BideError
 from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path_of
 from .local.render import render_session, when
 

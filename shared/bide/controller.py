@@ -25,15 +25,15 @@ from pydantic import BaseModel, ConfigDict
 
 from .agent.conversation import ConversationHead, entry_key, head_key
 from .agent.hooks import GenerationHooks, StartTasks, hook_task
-from .errors import BideError
-from .host import WriteTx, host_commit
-from .mailbox import Handler, mailbox_task, post, read_mailbox
-from .state import Completed, Terminal
-from .store.base import MAX_COMMIT_ITEMS, Doc, Store
-from .tasks import TaskDefinition, TaskView, define_task
+from .engine.errors import BideError
+from .engine.host import WriteTx, host_commit
+from .engine.mailbox import Handler, mailbox_task, post, read_mailbox
+from .engine.state import Completed, Terminal
+from .engine.store.base import MAX_COMMIT_ITEMS, Doc, Store
+from .engine.tasks import TaskDefinition, TaskView, define_task
 
 if TYPE_CHECKING:
-    from .harness import Harness
+    from .engine.harness import Harness
 
 CONTROLLER_DOC = "controller"
 CONTROLLER_MAILBOX = "controller"

@@ -33,14 +33,14 @@ from .agent.conversation import (
     create_conversation,
     owned_conversation_id,
 )
-from .clock import HOUR
-from .errors import DefinitionError
-from .host import WriteTx
-from .ids import keyed_id
+from .engine.clock import HOUR
+from .engine.errors import DefinitionError
+from .engine.host import WriteTx
+from .engine.ids import keyed_id
+from .engine.signals import SignalExpired, SignalValue
+from .engine.state import Aborted, Completed, Sleeping, Terminal
+from .engine.tasks import TaskDefinition, TaskView, define_task
 from .promises import DEADLINE_KEEPER, create_promise, read_promise, resolve_promise
-from .signals import SignalExpired, SignalValue
-from .state import Aborted, Completed, Sleeping, Terminal
-from .tasks import TaskDefinition, TaskView, define_task
 from .tools.define import ToolDefinition, define_tool
 from .tools.results import Sleep, ToolResult
 

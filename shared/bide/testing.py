@@ -1,6 +1,6 @@
 """Tools for testing durability claims: a store that crashes the process at a chosen write.
 
-:class:`FaultyStore` wraps any :class:`~bide.store.Store` and raises :class:`Crash` at the
+:class:`FaultyStore` wraps any :class:`~bide.engine.store.Store` and raises :class:`Crash` at the
 N-th commit, either before the write reaches the store or right after it did. ``Crash`` is a
 ``BaseException`` so no ``except Exception`` in engine or user code can swallow it: like a
 real process death, it unwinds everything.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from .records import TaskRecord
-from .store.base import Doc, SessionSnapshot, Store
+from .engine.records import TaskRecord
+from .engine.store.base import Doc, SessionSnapshot, Store
 
 
 class Crash(BaseException):

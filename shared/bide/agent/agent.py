@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..admission import Admission
-from ..harness import Harness
-from ..host import HostTx
-from ..tasks import TaskDefinition
+from ..engine.harness import Harness
+from ..engine.host import HostTx
+from ..engine.tasks import TaskDefinition
 from ..tools.registry import ToolRegistry
 from .conversation import (
     ConversationError,

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import BideError
-from ..host import WriteTx
-from ..signals import SignalToken, define_signal
+from ..engine.errors import BideError
+from ..engine.host import WriteTx
+from ..engine.signals import SignalToken, define_signal
 
 WhenBusy = Literal["steer", "follow_up", "reject"]
 SubmissionStatus = Literal["queued", "placed", "done", "unanswered"]

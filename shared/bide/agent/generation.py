@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..admission import NotAdvertised
-from ..state import Completed, Failed, Running, Sleeping, Terminal, Waiting
-from ..tasks import TaskDefinition, TaskView, define_task
+from ..engine.state import Completed, Failed, Running, Sleeping, Terminal, Waiting
+from ..engine.tasks import TaskDefinition, TaskView, define_task
 from .conversation import (
     append_entry,
     entry_key,
@@ -44,7 +44,7 @@ from .providers.base import (
 )
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from ..engine.runtime import Runtime
     from .agent import Agent
 
 GENERATION_TASK = "bide.generation"
@@ -480,7 +480,7 @@ async def _aborted(agent: Agent, task: TaskView, rt: Runtime) -> None:
     reason = task.abort_reason or "stopped"
 
     def build(tx: Any) -> Terminal:
-        from ..state import Aborted
+        from ..engine.state import Aborted
 
         head = read_head(tx, cid)
         if head.run == task.id:

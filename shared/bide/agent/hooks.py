@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..tasks import TaskDefinition
+from ..engine.tasks import TaskDefinition
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from ..signals import SignalValue
+from ..engine.signals import SignalValue
 from ..tools.define import ToolDefinition, define_tool
 from ..tools.results import Sleep, ToolResult
 from .conversation import (

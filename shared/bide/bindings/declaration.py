@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from ..errors import DefinitionError
-from ..tasks import TaskDefinition
+from ..engine.errors import DefinitionError
+from ..engine.tasks import TaskDefinition
 
 Completion = Literal["accepted", "joined", "promises"]
 COMPLETIONS: tuple[str, ...] = ("accepted", "joined", "promises")

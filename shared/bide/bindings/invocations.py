@@ -18,10 +18,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import BideError
-from ..host import WriteTx
-from ..ids import keyed_id
-from ..mailbox import Handler, mailbox_task, post, read_mailbox
+from ..engine.errors import BideError
+from ..engine.host import WriteTx
+from ..engine.ids import keyed_id
+from ..engine.mailbox import Handler, mailbox_task, post, read_mailbox
+from ..engine.signals import SignalResult
 from ..promises import (
     NoticeRoute,
     ResolveResult,
@@ -30,7 +31,6 @@ from ..promises import (
     resolve_promise,
 )
 from ..promises.model import PromiseDoc
-from ..signals import SignalResult
 from .declaration import Receiver, WorkflowBinding
 
 
@@ -270,7 +270,7 @@ def pull_invocations(reader: Any, receiver: str, after: int = 0) -> list[dict[st
 def task_receiver(name: str, handle: Handler) -> Receiver:
     """A push receiver whose task hands every envelope (``request`` or ``cancel``) to
     ``handle(tx, envelope)`` inside a commit, then sleeps until the next one (see
-    :func:`~bide.mailbox.mailbox_task`). ``handle`` may record state, reply with
+    :func:`~bide.engine.mailbox.mailbox_task`). ``handle`` may record state, reply with
     :func:`reply_in` (the receiver's task is the producer) or start work."""
     receiver = Receiver(name)
     kind = mailbox_task(f"bide.receiver.{name}", receiver.mailbox, handle)

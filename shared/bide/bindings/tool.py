@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from ..errors import DefinitionError
-from ..host import WriteTx, host_commit
+from ..engine.errors import DefinitionError
+from ..engine.host import WriteTx, host_commit
+from ..engine.tasks import TaskDefinition
 from ..promises import (
     DEADLINE_KEEPER,
     PromiseSettled,
@@ -17,14 +18,13 @@ from ..promises import (
     read_promise,
 )
 from ..promises.tools import render_value
-from ..tasks import TaskDefinition
 from ..tools.define import ToolDefinition, define_tool
 from ..tools.results import Sleep, ToolResult
 from .declaration import WorkflowBinding
 from .invocations import InvocationDoc, read_invocation, record_invocation, reply_in
 
 if TYPE_CHECKING:
-    from ..harness import Harness
+    from ..engine.harness import Harness
 
 
 def binding_tool(binding: WorkflowBinding) -> ToolDefinition:

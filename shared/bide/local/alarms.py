@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from ..aws.ports import WakeQueue
-from ..clock import Clock
+from ..engine.clock import Clock
 from .db import LocalDb, sleep_until_poked
 
 log = logging.getLogger("bide.local.alarms")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ..errors import BideError
+from ..engine.errors import BideError
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from ..clock import Clock
+from ..engine.clock import Clock
 
 LOCAL_ACCOUNT = "000000000000"
 LOCAL_QUEUE_NAME = "bide-local-wakes.fifo"

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..aws.constants import WORKER_TIMEOUT_SECONDS
-from ..clock import Clock
+from ..constants import WORKER_TIMEOUT_SECONDS
+from ..engine.clock import Clock
 from .db import LocalDb, sleep_until_poked
 from .events import WakeMessage, sqs_event
 

@@ -24,12 +24,12 @@ from types import TracebackType
 from typing import IO, Any
 
 from ..app import App
-from ..aws.constants import WORKER_TIMEOUT_SECONDS
-from ..clock import Clock, SystemClock
-from ..errors import BideError
-from ..ids import IdSource, RandomIds
+from ..constants import WORKER_TIMEOUT_SECONDS
+from ..engine.clock import Clock, SystemClock
+from ..engine.errors import BideError
+from ..engine.ids import IdSource, RandomIds
+from ..engine.store.sqlite import SQLiteStore
 from ..service.deps import Deps
-from ..store.sqlite import SQLiteStore
 from .alarms import LocalAlarms
 from .db import LocalDb
 from .events import LocalContext, find_route, http_api_event

@@ -34,7 +34,7 @@ Model-visible handles are promise ids; :func:`promise_tools` gives an agent ``pr
 (with a timeout that leaves the promise open), ``promise_status`` and ``promise_cancel``.
 """
 
-from ..tasks import TaskDefinition
+from ..engine.tasks import TaskDefinition
 from .commands import Promises
 from .core import (
     DEADLINE_KEEPER,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..host import host_commit
+from ..engine.host import host_commit
 from .core import cancel_promise, create_promise, list_promises, read_promise, resolve_promise
 from .model import PromiseDoc
 from .rules import ResolveResult
 
 if TYPE_CHECKING:
-    from ..harness import Harness
+    from ..engine.harness import Harness
 
 
 class Promises:

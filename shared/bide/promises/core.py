@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..host import WriteTx, read_docs
-from ..mailbox import post
-from ..state import Aborted, Completed, Sleeping, Terminal
-from ..tasks import TaskView, define_task
+from ..engine.host import WriteTx, read_docs
+from ..engine.mailbox import post
+from ..engine.state import Aborted, Completed, Sleeping, Terminal
+from ..engine.tasks import TaskView, define_task
 from .model import (
     PROMISE,
     PROMISE_CANCELLED,

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import BideError
-from ..signals import SignalToken, define_signal
+from ..engine.errors import BideError
+from ..engine.signals import SignalToken, define_signal
 
 PromiseStatus = Literal["open", "resolved", "rejected", "cancelled", "expired"]
 TerminalStatus = Literal["resolved", "rejected", "cancelled", "expired"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..clock import DAY
+from ..engine.clock import DAY
 from ..tools.define import ToolDefinition, define_tool
 from ..tools.results import Sleep, ToolResult
 from .core import cancel_promise, read_promise

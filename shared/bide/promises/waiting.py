@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..signals import SignalExpired, SignalValue
+from ..engine.signals import SignalExpired, SignalValue
 from ..tools.api import ToolExecutionApi
 from ..tools.results import Sleep
 from .core import read_promise, register_waiter

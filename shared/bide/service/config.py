@@ -19,7 +19,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..app import load_app
-from ..aws.constants import (
+from ..constants import (
     DEFAULT_SAFETY_MARGIN_MS,
     ENV_APP,
     ENV_BUCKET,
@@ -32,7 +32,7 @@ from ..aws.constants import (
     ENV_TRACING,
     ENV_WEBHOOK_BASE_URL,
 )
-from ..errors import BideError
+from ..engine.errors import BideError
 from .deps import Deps
 
 # Field of Settings <- environment variable, with what the variable must hold (for messages).
@@ -190,9 +190,9 @@ def deps_from_env(
     """Build a function's :class:`Deps` from its environment (or from ``settings``): the
     DynamoDB store (S3 offload to the bucket; commit conflicts counted), the SQS wake queue,
     Scheduler alarms when configured, and the app named by ``BIDE_APP``."""
+    from ..aws.dynamodb import DynamoDBStore
     from ..aws.scheduler import SchedulerAlarms
     from ..aws.sqs import SqsWakeQueue
-    from ..store.dynamodb import DynamoDBStore
     from .observability import ObservedStore
 
     if settings is None:

@@ -7,9 +7,9 @@ from typing import Any
 
 from ..app import App
 from ..aws.ports import Alarms, WakeQueue
-from ..clock import Clock, SystemClock
-from ..ids import IdSource, RandomIds
-from ..store.base import Store
+from ..engine.clock import Clock, SystemClock
+from ..engine.ids import IdSource, RandomIds
+from ..engine.store.base import Store
 
 
 @dataclass

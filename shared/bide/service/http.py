@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from pydantic import BaseModel
 
 from ..agent.conversation import Submission
-from ..aws.constants import DEFAULT_SAFETY_MARGIN_MS
 from ..aws.sqs import parse_wake
-from ..errors import ConflictError, DefinitionError, StoreUnavailable
+from ..constants import DEFAULT_SAFETY_MARGIN_MS
+from ..engine.errors import ConflictError, DefinitionError, StoreUnavailable
 from ..workflow import service as workflow_service
 from . import observability as obs
 from .api_models import (

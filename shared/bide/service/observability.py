@@ -2,7 +2,7 @@
 
 * :data:`logger`: a Powertools Logger; :func:`correlated` adds ``session_id``/``task_id`` to
   every line logged inside it.
-* :func:`count`: an EMF count metric (namespace :data:`~bide.aws.constants.METRICS_NAMESPACE`),
+* :func:`count`: an EMF count metric (namespace :data:`~bide.constants.METRICS_NAMESPACE`),
   optionally with dimensions; :func:`flush` writes what was counted (the entry points in
   :mod:`bide.service.http` flush once per call).
 * :class:`ObservedStore`: a store wrapper that counts commit conflicts.
@@ -24,10 +24,10 @@ from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
     AmazonCloudWatchEMFProvider,
 )
 
-from ..aws.constants import ENV_TRACING, METRICS_NAMESPACE, SERVICE_NAME
-from ..errors import ConflictError
-from ..records import TaskRecord
-from ..store.base import Doc, SessionSnapshot, Store
+from ..constants import ENV_TRACING, METRICS_NAMESPACE, SERVICE_NAME
+from ..engine.errors import ConflictError
+from ..engine.records import TaskRecord
+from ..engine.store.base import Doc, SessionSnapshot, Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -94,22 +94,22 @@ def correlated(**keys: str | None) -> Iterator[None]:
 
 
 class ObservedStore:
-    """A :class:`~bide.store.Store` that counts commit conflicts (a concurrent writer won;
+    """A :class:`~bide.engine.store.Store` that counts commit conflicts (a concurrent writer won;
     the caller reloads). Everything else passes straight through."""
 
     def __init__(self, inner: Store) -> None:
         self.inner = inner
 
     def load(self, session_id: str) -> SessionSnapshot:
-        """See :meth:`bide.store.Store.load`."""
+        """See :meth:`bide.engine.store.Store.load`."""
         return self.inner.load(session_id)
 
     def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
-        """See :meth:`bide.store.Store.get_task`."""
+        """See :meth:`bide.engine.store.Store.get_task`."""
         return self.inner.get_task(session_id, task_id)
 
     def head(self, session_id: str) -> int:
-        """See :meth:`bide.store.Store.head`."""
+        """See :meth:`bide.engine.store.Store.head`."""
         return self.inner.head(session_id)
 
     def commit(
@@ -119,7 +119,7 @@ class ObservedStore:
         writes: Sequence[TaskRecord],
         docs: Sequence[Doc] = (),
     ) -> int:
-        """See :meth:`bide.store.Store.commit`; a conflict is counted, then raised."""
+        """See :meth:`bide.engine.store.Store.commit`; a conflict is counted, then raised."""
         try:
             return self.inner.commit(session_id, expected_seq, writes, docs)
         except ConflictError:
@@ -127,7 +127,7 @@ class ObservedStore:
             raise
 
     def get_doc(self, session_id: str, key: str) -> Doc | None:
-        """See :meth:`bide.store.Store.get_doc`."""
+        """See :meth:`bide.engine.store.Store.get_doc`."""
         return self.inner.get_doc(session_id, key)
 
     def list_docs(
@@ -138,11 +138,11 @@ class ObservedStore:
         start_after: str | None = None,
         limit: int | None = None,
     ) -> list[Doc]:
-        """See :meth:`bide.store.Store.list_docs`."""
+        """See :meth:`bide.engine.store.Store.list_docs`."""
         return self.inner.list_docs(session_id, prefix, start_after=start_after, limit=limit)
 
     def close(self) -> None:
-        """See :meth:`bide.store.Store.close`."""
+        """See :meth:`bide.engine.store.Store.close`."""
         self.inner.close()
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from ..agent.agent import Conversations
 from ..agent.conversation import ConversationError, Submission, WhenBusy
-from ..errors import BideError
-from ..harness import Harness
-from ..state import Sleeping, Waiting
+from ..engine.errors import BideError
+from ..engine.harness import Harness
+from ..engine.state import Sleeping, Waiting
 from .deps import Deps
 
 MAIN = "main"

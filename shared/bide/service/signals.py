@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..aws.constants import MAX_WEBHOOK_BODY_BYTES
-from ..delivery import deliver_signal
-from ..errors import DefinitionError
-from ..rules import SignalDecision
-from ..signals import SignalResult
+from ..constants import MAX_WEBHOOK_BODY_BYTES
+from ..engine.delivery import deliver_signal
+from ..engine.errors import DefinitionError
+from ..engine.rules import SignalDecision
+from ..engine.signals import SignalResult
 from .deps import Deps
 from .webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token, verify
 

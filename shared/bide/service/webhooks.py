@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..aws.constants import WEBHOOK_SIGNATURE_WINDOW_SECONDS, WEBHOOK_TOKEN_BYTES
-from ..signals import SignalToken
+from ..constants import WEBHOOK_SIGNATURE_WINDOW_SECONDS, WEBHOOK_TOKEN_BYTES
+from ..engine.signals import SignalToken
 
 
 class WebhookBinding(BaseModel):

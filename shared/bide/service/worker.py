@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..harness import Harness
-from ..rules import Wake
-from ..state import Sleeping
+from ..engine.harness import Harness
+from ..engine.rules import Wake
+from ..engine.state import Sleeping
 from .deps import Deps
 
 

@@ -6,14 +6,14 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import BideError
-from ..signals import SignalState, SignalToken
-from ..state import Outcome, WakeReason
-from ..tasks import TaskDefinition
+from ..engine.errors import BideError
+from ..engine.signals import SignalState, SignalToken
+from ..engine.state import Outcome, WakeReason
+from ..engine.tasks import TaskDefinition
 from .results import ToolResult
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from ..engine.runtime import Runtime
     from .registry import ToolRegistry
 
 T = TypeVar("T")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import DefinitionError
+from ..engine.errors import DefinitionError
 from .results import Park, Sleep, ToolErrorCode, ToolResult, Wait
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from ..signals import SignalState, SignalToken
+from ..engine.signals import SignalState, SignalToken
 from .results import Sleep, ToolResult
 
 T = TypeVar("T")

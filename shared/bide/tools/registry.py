@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DefinitionError
+from ..engine.errors import DefinitionError
 from .define import ToolDefinition
 from .hooks import Extension
 
 if TYPE_CHECKING:
-    from ..tasks import TaskDefinition
+    from ..engine.tasks import TaskDefinition
 
 
 class ToolRegistry:

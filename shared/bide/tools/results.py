@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..signals import SignalKey
+from ..engine.signals import SignalKey
 
 
 class ToolErrorCode(enum.StrEnum):

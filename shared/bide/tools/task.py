@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ..errors import InvalidPark, InvocationEnded
-from ..state import (
+from ..engine.errors import InvalidPark, InvocationEnded
+from ..engine.state import (
     Aborted,
     Completed,
     Failed,
@@ -31,15 +31,15 @@ from ..state import (
     Waiting,
     WakeReason,
 )
-from ..tasks import TaskDefinition, TaskView, define_task
+from ..engine.tasks import TaskDefinition, TaskView, define_task
 from .api import ToolExecutionApi
 from .define import ToolArgumentsError, ToolDefinition
 from .hooks import Block, Replace, ToolCall
 from .results import Sleep, ToolErrorCode, ToolResult, Wait
 
 if TYPE_CHECKING:
-    from ..records import TaskRecord
-    from ..runtime import Runtime
+    from ..engine.records import TaskRecord
+    from ..engine.runtime import Runtime
     from .registry import ToolRegistry
 
 TOOL_TASK = "bide.tool"

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ..errors import InvalidPark, InvocationEnded
-from ..state import Aborted, Completed, Failed, Outcome, Running, Sleeping, Terminal, Waiting
-from ..store.base import Store
-from ..tasks import TaskDefinition, TaskView, define_task
+from ..engine.errors import InvalidPark, InvocationEnded
+from ..engine.state import Aborted, Completed, Failed, Outcome, Running, Sleeping, Terminal, Waiting
+from ..engine.store.base import Store
+from ..engine.tasks import TaskDefinition, TaskView, define_task
 from ..tools.api import ToolExecutionApi
 from ..tools.define import define_tool
 from ..tools.results import Sleep, ToolResult, Wait
@@ -46,8 +46,8 @@ from .tool import WorkflowTool
 
 if TYPE_CHECKING:
     from ..app import App
-    from ..harness import Draft, Harness
-    from ..runtime import Runtime
+    from ..engine.harness import Draft, Harness
+    from ..engine.runtime import Runtime
     from ..tools.registry import ToolRegistry
 
 BACKGROUND_TASK = "bide.workflow.background"
@@ -410,7 +410,7 @@ def background_tasks(
     source: Harness | Store, session_id: str | None = None
 ) -> list[BackgroundTaskInfo]:
     """The session's task index (oldest first), from a harness or from a store."""
-    from ..harness import Harness
+    from ..engine.harness import Harness
 
     if isinstance(source, Harness):
         docs = source.list_docs(INDEX_PREFIX)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from ..signals import SignalToken
+from ..engine.signals import SignalToken
 from ..tools.results import Sleep
 from .auth import providers_of, resolved
 from .errors import AuthorizationRequired, Cancelled, NonDeterminism, WorkflowError, _Suspend
@@ -45,7 +45,7 @@ from .ops import (
 from .requests import AskOption, Display, auth_key
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from ..engine.runtime import Runtime
 
 T = TypeVar("T")
 DEFAULT_RETRY = RetryPolicy()

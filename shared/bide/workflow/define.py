@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import DefinitionError, UnknownTaskKind
+from ..engine.errors import DefinitionError, UnknownTaskKind
 from ..tools.api import ToolExecutionApi
 from ..tools.define import Cancel, Concurrency, Lifetime, Replay, ToolShape, define_tool
 from ..tools.results import ToolErrorCode, ToolResult

@@ -2,7 +2,7 @@
 
 Two kinds of exception leave a durable operation:
 
-* errors the body may handle (they derive from :class:`~bide.errors.BideError`):
+* errors the body may handle (they derive from :class:`~bide.engine.errors.BideError`):
   :class:`StepFailed`, :class:`WaitTimeout`, :class:`SubagentFailed`, :class:`WorkflowError`
   and :class:`NonDeterminism`;
 * control flow that must unwind the body (they derive from :class:`BaseException`, so an
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import BideError
+from ..engine.errors import BideError
 
 
 class WorkflowError(BideError):

@@ -24,10 +24,10 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from ..signals import SignalToken, define_signal
+from ..engine.signals import SignalToken, define_signal
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from ..engine.runtime import Runtime
 
 WAKE: SignalToken[Any] = define_signal("bide.workflow.wake", 1, Any)
 """Rings a parked run whose answer is kept in a document (an ask, a sign-in)."""

@@ -24,8 +24,8 @@ from ..agent.conversation import (
     owned_conversation_id,
     read_submission,
 )
+from ..engine.signals import SignalExpired, SignalKey, SignalToken, SignalValue
 from ..service.webhooks import WebhookBinding, binding_key, make_token
-from ..signals import SignalExpired, SignalKey, SignalToken, SignalValue
 from .errors import (
     AuthorizationRequired,
     FatalError,

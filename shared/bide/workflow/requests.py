@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..rules import decide_signal
-from ..signals import SignalResult
-from ..store.base import Store
+from ..engine.rules import decide_signal
+from ..engine.signals import SignalResult
+from ..engine.store.base import Store
 from .history import WAKE
 
 if TYPE_CHECKING:
-    from ..harness import Draft, Harness
+    from ..engine.harness import Draft, Harness
 
 Display = Literal["confirmation", "select", "text"]
 RequestStatus = Literal["open", "answered", "completed", "withdrawn"]
@@ -189,7 +189,7 @@ def complete_in(harness: Harness, request_id: str) -> SignalResult:
 
 
 def _open(source: Harness | Store, prefix: str, session_id: str | None) -> list[dict[str, Any]]:
-    from ..harness import Harness
+    from ..engine.harness import Harness
 
     if isinstance(source, Harness):
         docs = [d.body for d in source.list_docs(prefix)]

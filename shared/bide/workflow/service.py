@@ -14,18 +14,18 @@ HTTP routes they are meant for (wired by ``bide.service.http``):
 * ``POST /sessions/{id}/tasks/{task_id}/cancel`` -> :func:`cancel_background`
 * ``POST /sessions/{id}/end`` -> :func:`end_session`
 * ``GET /sessions/{id}/workflow`` -> :func:`view` (questions, sign-ins, the task index)
-* webhook requests keep using ``POST /hooks/{token}`` (stream keys: :mod:`bide.delivery`)
+* webhook requests keep using ``POST /hooks/{token}`` (stream keys: :mod:`bide.engine.delivery`)
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..delivery import stream_key
-from ..harness import Draft, Harness
-from ..rules import decide_signal
+from ..engine.delivery import stream_key
+from ..engine.harness import Draft, Harness
+from ..engine.rules import decide_signal
+from ..engine.signals import SignalResult
 from ..service.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token
-from ..signals import SignalResult
 from .auth import providers_of, resolved
 from .background import background_tasks, cancel_background_in, end_session_in
 from .history import WEBHOOK

@@ -11,7 +11,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...errors import BideError
+from ...engine.errors import BideError
 
 
 class _Model(BaseModel):

@@ -37,7 +37,7 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from .base import (
+from ..agent.providers.base import (
     AssistantMessage,
     ModelError,
     ModelRequest,

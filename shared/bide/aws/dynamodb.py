@@ -26,7 +26,7 @@ GetItem. The price: an item collection (one session, table plus index) is capped
 
 Every commit is one ``TransactWriteItems``: the head, conditioned on the expected seq, plus one
 unconditional Put per task and per document, so a commit holds at most
-:data:`~bide.store.base.MAX_COMMIT_ITEMS` (99) records and documents together. A record or
+:data:`~bide.engine.store.base.MAX_COMMIT_ITEMS` (99) records and documents together. A record or
 document whose JSON is larger than the offload threshold (or that the item or transaction size
 limits would not hold) is written to S3 first, under a content-addressed key, and its item
 holds the object's bucket, key and SHA-256 digest, checked on every read.
@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from ..errors import CommitTooLarge, ConflictError, StoreUnavailable
-from ..records import TaskRecord
-from .base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot
+from ..engine.errors import CommitTooLarge, ConflictError, StoreUnavailable
+from ..engine.records import TaskRecord
+from ..engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -176,14 +176,14 @@ class _Prepared:
 
 
 class DynamoDBStore:
-    """A :class:`~bide.store.Store` on one DynamoDB table (see :func:`create_table`), with
+    """A :class:`~bide.engine.store.Store` on one DynamoDB table (see :func:`create_table`), with
     records and documents larger than ``offload_threshold`` bytes of JSON kept in the S3
     ``bucket``.
 
     Safe to share between threads. Throttling and transient failures are retried up to
     ``max_attempts`` times with capped, jittered exponential backoff (``sleep`` is injectable
-    so tests do not wait), then :class:`~bide.errors.StoreUnavailable` is raised. A
-    :class:`~bide.errors.ConflictError` is never retried here: the caller must reload.
+    so tests do not wait), then :class:`~bide.engine.errors.StoreUnavailable` is raised. A
+    :class:`~bide.engine.errors.ConflictError` is never retried here: the caller must reload.
 
     When ``client``/``s3_client`` are not given, clients are created with botocore's own
     retries turned off so that this class alone decides how often to try. Clients passed in
@@ -305,12 +305,13 @@ class DynamoDBStore:
         """Write ``writes`` and ``docs`` and advance the seq to ``expected_seq + 1`` in one
         transaction.
 
-        Raises :class:`~bide.errors.ConflictError` (nothing written) when the stored seq is not
-        ``expected_seq``; the error's ``actual_seq`` comes from the head the failed condition
-        returned, not from a second read. Raises :class:`~bide.errors.CommitTooLarge`
-        (nothing written, S3 included) when ``writes`` and ``docs`` hold more than
-        :data:`~bide.store.base.MAX_COMMIT_ITEMS` (99) items together, or a record, a document
-        or the whole transaction cannot fit DynamoDB even after offloading. When one record id
+        Raises :class:`~bide.engine.errors.ConflictError` (nothing written) when the stored
+        seq is not ``expected_seq``; the error's ``actual_seq`` comes from the head the failed
+        condition returned, not from a second read. Raises
+        :class:`~bide.engine.errors.CommitTooLarge` (nothing written, S3 included) when
+        ``writes`` and ``docs`` hold more than :data:`~bide.engine.store.base.MAX_COMMIT_ITEMS`
+        (99) items together, or a record, a document or the whole transaction cannot fit
+        DynamoDB even after offloading. When one record id
         or one document key appears several times, the last one wins. Raises ValueError for a
         record of another session, an empty task id or a document key longer than 1022 bytes
         of UTF-8 (a DynamoDB sort key holds 1024), and TypeError or ValueError for a document

@@ -36,7 +36,7 @@ _MISSING: Any = object()
 
 class Runtime:
     """One invocation's handle on its task. Commits are refused (with
-    :class:`~bide.errors.InvocationEnded`) once the task parked, ended, was abort-marked
+    :class:`~bide.engine.errors.InvocationEnded`) once the task parked, ended, was abort-marked
     (except in the abort handler) or was taken over by another worker."""
 
     def __init__(self, harness: Harness, record: TaskRecord, invocation: str, *, aborting: bool):

@@ -72,8 +72,8 @@ class Store(Protocol):
         ``docs`` (insert or replace by key), and advance the sequence from ``expected_seq`` to
         ``expected_seq + 1``, all or nothing.
 
-        Raises :class:`~bide.errors.ConflictError` when the stored sequence is not
-        ``expected_seq``, and :class:`~bide.errors.CommitTooLarge` for more than
+        Raises :class:`~bide.engine.errors.ConflictError` when the stored sequence is not
+        ``expected_seq``, and :class:`~bide.engine.errors.CommitTooLarge` for more than
         :data:`MAX_COMMIT_ITEMS` items. Returns the new sequence number.
         """
         ...

@@ -177,7 +177,7 @@ ENDED = ("terminal",)
 HOLDS_OUTCOME = ("completing", "terminal")
 
 # What a phase (or an abort handler) may commit from ``running``. The scheduler's own moves
-# (reserve, restart, settle completing) are in :mod:`bide.rules` and not open to phases.
+# (reserve, restart, settle completing) are in :mod:`bide.engine.rules` and not open to phases.
 PHASE_TRANSITIONS: dict[str, frozenset[str]] = {
     "running": frozenset({"pending", "running", "waiting", "sleeping", "terminal"}),
 }

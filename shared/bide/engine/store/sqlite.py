@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS docs (
 
 
 class SQLiteStore:
-    """A :class:`~bide.store.Store` on SQLite. Safe to share between threads and between
+    """A :class:`~bide.engine.store.Store` on SQLite. Safe to share between threads and between
     processes using the same file: each commit is one ``BEGIN IMMEDIATE`` transaction that
     checks the session's sequence number before writing."""
 
