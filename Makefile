@@ -2,7 +2,7 @@
 #
 #   make venv            create/refresh .venv from requirements.lock.txt (hash-checked)
 #   make lock            regenerate requirements.lock.txt from pyproject.toml (needs uv)
-#   make test            ruff, ruff format --check, mypy, pytest
+#   make test            ruff, ruff format --check, mypy, lint-imports (layering), pytest
 #   make proof           only the proof suites (crash sweeps, model-based, races, hostile
 #                        input), printing their figures; BIDE_LONG_PROOF=1 for the long run
 #   make demo            run the example programs
@@ -86,6 +86,7 @@ lock:
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	PYTHONPATH=shared $(BIN)/lint-imports --no-cache --no-logo
 
 typecheck: venv
 	$(BIN)/mypy
@@ -105,6 +106,8 @@ test: venv
 	echo "+ ruff check ."; $(BIN)/ruff check . || failed="$$failed ruff-check"; \
 	echo "+ ruff format --check ."; $(BIN)/ruff format --check . || failed="$$failed ruff-format"; \
 	echo "+ mypy"; $(BIN)/mypy || failed="$$failed mypy"; \
+	echo "+ lint-imports"; PYTHONPATH=shared $(BIN)/lint-imports --no-cache --no-logo \
+	  || failed="$$failed lint-imports"; \
 	echo "+ pytest"; $(PYTEST); [ $$rc -eq 0 ] || failed="$$failed pytest"; \
 	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
 
