@@ -34,6 +34,9 @@ rules (transactional write: 2 WRU per KB of each item; strongly consistent read:
 included. ``bench_cost.py`` prices these counts.
 
 Run from the repository root:  PYTHONPATH=shared python bench/bench_aws_requests.py
+
+Long because: each scenario's setup, counting and printed row sit together so a
+reader can check what is and is not counted.
 """
 
 from __future__ import annotations

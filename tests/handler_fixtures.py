@@ -5,6 +5,9 @@ synthetic API Gateway v2, SQS and Lambda context objects.
 Everything runs inside moto's ``mock_aws`` with fake credentials: nothing reaches AWS.
 Import the fixtures explicitly (``aws_fixture`` and ``bench_fixture``: pytest knows them as
 ``aws`` and ``bench``).
+
+Long because: it is the one moto bench every handler test wires; splitting it would
+spread one fixture graph over several modules.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 worker (one per session at a time), the local alarm clock, and a restart that loses nothing.
 
 Every request goes to 127.0.0.1; every wait is bounded.
+
+Long because: every test here starts the same in-process stack and speaks HTTP to it;
+the helpers at the top are shared by all of them.
 """
 
 from __future__ import annotations

@@ -32,6 +32,10 @@ work, the store must end where the model does.
 
 The default run is CI-sized (2,000 examples); ``BIDE_LONG_PROOF=1`` runs 20,000 longer ones.
 ``CI`` set makes the run deterministic. ``pytest -s`` prints how many examples and steps ran.
+
+Long because: the reference model, the state machine that drives the real harness and
+the invariants it checks are one proof; split, a reader could not check the model against the
+rules it encodes in one place.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ moto's own transactions are not thread-safe, so calls to the moto server's Dynam
 serialized by the client (:class:`aws_fixtures.LockedClient`), as DynamoDB serializes
 conflicting transactions; DynamoDB Local needs no such help. The threads still race for the
 session between calls. ``pytest -s`` prints the counters of each race.
+
+Long because: the three races share one ledger, one set of clients and one set of
+counters, and each proof reads best beside the fixtures it races through.
 """
 
 from __future__ import annotations
