@@ -152,6 +152,34 @@ def test_dev_mode_deletes_data_with_the_stack(dev_stack, dev_template):
     assert dev_template.find_resources("Custom::S3AutoDeleteObjects")
 
 
+def test_stateful_resources_keep_their_logical_ids(stack, template):
+    """Logical ids come from construct paths; a changed id makes CloudFormation replace the
+    resource on update (a new, empty table or queue; a new group without the schedules). The
+    concern modules create these directly in BideService, so the ids are those of one
+    construct holding everything."""
+    service = stack.service
+    assert {
+        name: _id(stack, getattr(service, name))
+        for name in (
+            "table",
+            "bucket",
+            "access_log_bucket",
+            "queue",
+            "dead_letter_queue",
+            "schedule_group",
+        )
+    } == {
+        "table": "BideTableE2409AEF",
+        "bucket": "BideBucketBB15E186",
+        "access_log_bucket": "BideAccessLogsD3565176",
+        "queue": "BideWakeQueueD0116B5D",
+        "dead_letter_queue": "BideWakeDeadLetters7BFC6028",
+        "schedule_group": "BideScheduleGroup1379C796",
+    }
+    # The group's name is derived from the construct path too, and is what schedules live in.
+    assert _resource(template, "BideScheduleGroup1379C796")["Properties"]["Name"] == "Bide859E4D7B"
+
+
 def test_buckets_are_encrypted_private_and_tls_only(stack, template):
     service = stack.service
     for bucket in (service.bucket, service.access_log_bucket):

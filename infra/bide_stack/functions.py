@@ -1,0 +1,221 @@
+"""What a BideService runs: the worker, signal and API functions, their layer and their roles.
+
+The worker consumes the wake queue and runs sessions; the signal function delivers signal
+values (capability webhooks and signed signal requests); the API function serves the
+sessions API. All three share one dependency layer and the same environment. Each gets its
+own role with only the permissions it uses, and its own log group. The resources are created
+directly in the BideService's scope (not in a child construct) so their logical ids survive
+a change of how this code is laid out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from bide import constants as c
+
+from .bundling import ARCHITECTURE, RUNTIME, Bundling, lock_constraints, runtime_requirements
+from .storage import Storage
+from .wake import SCHEDULER_PRINCIPAL, WakePath
+
+SIGNAL_TIMEOUT = cdk.Duration.seconds(10)
+# HTTP API integrations time out after 30 s; the function should give up first.
+API_TIMEOUT = cdk.Duration.seconds(29)
+WAKE_BATCH_SIZE = 10
+
+SCHEDULE_ACTIONS = (
+    "scheduler:CreateSchedule",
+    "scheduler:UpdateSchedule",
+    "scheduler:DeleteSchedule",
+    "scheduler:GetSchedule",
+)
+# What bide.aws.dynamodb and the signal/API services call (TransactWriteItems is authorised
+# per contained Put/Update/Delete/ConditionCheck; TransactGetItems per GetItem). No Scan,
+# no DescribeTable, no streams.
+TABLE_ACTIONS = (
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:Query",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+)
+# Every function commits through bide.aws.dynamodb, which writes any record over its offload
+# threshold (64 KiB of JSON) to S3 before the transaction: the worker's results, the signal
+# function's delivered values (webhook bodies may be 256 KiB), the API's submissions. Objects
+# are content-addressed and never deleted or listed, so Get and Put are all anyone needs.
+OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject")
+
+
+class Functions:
+    """The dependency layer (``Dependencies``) and the ``worker``, ``signal`` and ``api``
+    functions, each with ``<name>-logs`` and ``<name>-role``, granted on ``storage`` and
+    ``wake``.
+
+    Code comes from ``source_root`` (``functions/<name>``, ``shared/bide``) plus
+    ``app_paths``; ``environment`` is given to all three (the worker also gets its safety
+    margin).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        *,
+        bundling: Bundling,
+        source_root: Path,
+        app_paths: Sequence[Path],
+        extra_requirements: Sequence[str],
+        environment: Mapping[str, str],
+        tracing: bool,
+        storage: Storage,
+        wake: WakePath,
+        worker_timeout: cdk.Duration,
+        worker_memory_size: int,
+        handler_memory_size: int,
+        removal: cdk.RemovalPolicy,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        self._scope = scope
+        self._tracing = tracing
+        self._storage = storage
+        self._wake = wake
+        self.layer = lambda_.LayerVersion(
+            scope,
+            "Dependencies",
+            code=bundling.layer_code(
+                runtime_requirements(source_root, tracing=tracing, extra=extra_requirements),
+                lock_constraints(source_root),
+            ),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description="bide runtime dependencies (pydantic, Powertools) for python3.12 arm64",
+        )
+        bide_dir = source_root / "shared" / "bide"
+
+        def function(
+            name: str, timeout: cdk.Duration, memory: int, **extra: str
+        ) -> lambda_.Function:
+            return self._function(
+                name,
+                code=bundling.function_code(source_root / "functions" / name, bide_dir, app_paths),
+                timeout=timeout,
+                memory_size=memory,
+                environment={**environment, **extra},
+                removal=removal,
+                log_retention=log_retention,
+            )
+
+        self.worker = function(
+            c.FUNCTION_WORKER,
+            worker_timeout,
+            worker_memory_size,
+            **{c.ENV_SAFETY_MARGIN_MS: str(c.DEFAULT_SAFETY_MARGIN_MS)},
+        )
+        self.signal_function = function(c.FUNCTION_SIGNAL, SIGNAL_TIMEOUT, handler_memory_size)
+        self.api_function = function(c.FUNCTION_API, API_TIMEOUT, handler_memory_size)
+
+        self._grant_worker()
+        for fn in (self.signal_function, self.api_function):
+            self._grant_table(fn)
+            self._grant_objects(fn)
+            self._grant_send(fn)
+
+    @property
+    def all(self) -> tuple[lambda_.Function, lambda_.Function, lambda_.Function]:
+        """The worker, signal and API functions, in that order."""
+        return self.worker, self.signal_function, self.api_function
+
+    def _function(
+        self,
+        name: str,
+        *,
+        code: lambda_.Code,
+        timeout: cdk.Duration,
+        memory_size: int,
+        environment: Mapping[str, str],
+        removal: cdk.RemovalPolicy,
+        log_retention: logs.RetentionDays,
+    ) -> lambda_.Function:
+        scope = self._scope
+        log_group = logs.LogGroup(
+            scope, f"{name}-logs", retention=log_retention, removal_policy=removal
+        )
+        # Our own role instead of AWSLambdaBasicExecutionRole: it may write to its own log
+        # group only.
+        role = iam.Role(
+            scope,
+            f"{name}-role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"bide {name} function",
+        )
+        log_group.grant_write(role)
+        return lambda_.Function(
+            scope,
+            name,
+            description=f"bide {name}",
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            handler=c.HANDLER,
+            code=code,
+            layers=[self.layer],
+            role=role,
+            log_group=log_group,
+            timeout=timeout,
+            memory_size=memory_size,
+            environment=dict(environment),
+            tracing=lambda_.Tracing.ACTIVE if self._tracing else None,
+            # The worker re-arms its own session through the queue that invokes it; a long
+            # session legitimately loops worker -> queue -> worker many times.
+            recursive_loop=lambda_.RecursiveLoop.ALLOW if name == c.FUNCTION_WORKER else None,
+        )
+
+    def _grant_table(self, fn: lambda_.Function) -> None:
+        table = self._storage.table
+        indexes = [f"{table.table_arn}/index/{name}" for name in self._storage.indexes]
+        fn.add_to_role_policy(
+            iam.PolicyStatement(actions=list(TABLE_ACTIONS), resources=[table.table_arn, *indexes])
+        )
+
+    def _grant_objects(self, fn: lambda_.Function) -> None:
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=list(OBJECT_ACTIONS), resources=[self._storage.bucket.arn_for_objects("*")]
+            )
+        )
+
+    def _grant_send(self, fn: lambda_.Function) -> None:
+        fn.add_to_role_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self._wake.queue.queue_arn])
+        )
+
+    def _grant_worker(self) -> None:
+        worker, wake = self.worker, self._wake
+        self._grant_table(worker)
+        self._grant_objects(worker)
+        self._grant_send(worker)
+        # Consuming: the event source grants receive/delete/change-visibility on this queue.
+        worker.add_event_source(
+            event_sources.SqsEventSource(
+                wake.queue, batch_size=WAKE_BATCH_SIZE, report_batch_item_failures=True
+            )
+        )
+        worker.add_to_role_policy(
+            iam.PolicyStatement(actions=list(SCHEDULE_ACTIONS), resources=[wake.schedules_arn])
+        )
+        worker.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["iam:PassRole"],
+                resources=[wake.scheduler_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": SCHEDULER_PRINCIPAL}},
+            )
+        )
