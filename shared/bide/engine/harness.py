@@ -10,7 +10,6 @@ while a concurrent abort or takeover ends the stale invocation.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -24,6 +23,8 @@ from .errors import (
     UnknownTaskKind,
 )
 from .ids import IdSource, RandomIds, keyed_id
+from .kernel import Draft as Draft  # re-exported: callers building commits look for it here
+from .kernel import require_json
 from .records import TaskRecord
 from .rules import (
     SignalDecision,
@@ -52,43 +53,6 @@ R = TypeVar("R")
 DEFAULT_RESTART_LIMIT = 5
 _COMMIT_ATTEMPTS = 8
 _MARK_BUDGET = 60  # descendants marked in the commit that ends or aborts their owner
-
-
-class Draft:
-    """The writes of one commit being built, over the harness's adopted view."""
-
-    def __init__(self, harness: Harness) -> None:
-        self.harness = harness
-        self.writes: dict[str, TaskRecord] = {}
-        self.docs: dict[str, Any] = {}
-
-    def get_doc(self, key: str) -> Any:
-        """A document's body as this commit would leave it (None when absent)."""
-        if key in self.docs:
-            return self.docs[key]
-        return self.harness.get_doc(key)
-
-    def put_doc(self, key: str, body: Any) -> None:
-        """Stage a document for this commit."""
-        _require_json(body, f"document {key!r}")
-        self.docs[key] = body
-
-    def get(self, task_id: str) -> TaskRecord | None:
-        """The task as this commit would leave it, if live in memory."""
-        return self.writes.get(task_id) or self.harness._live.get(task_id)
-
-    def find(self, task_id: str) -> TaskRecord | None:
-        """Like :meth:`get`, falling back to the store for ended tasks."""
-        return self.get(task_id) or self.harness._fetch(task_id)
-
-    def put(self, record: TaskRecord) -> None:
-        """Stage a record for this commit."""
-        self.writes[record.id] = record
-
-    def live(self) -> dict[str, TaskRecord]:
-        """Every live task as this commit would leave them."""
-        merged = {**self.harness._live, **self.writes}
-        return {k: v for k, v in merged.items() if v.live}
 
 
 class Harness:
@@ -330,7 +294,7 @@ class Harness:
         """The session's sequence number as last seen."""
         return self._seq
 
-    # --- engine internals (used by Runtime) --------------------------------------------------
+    # --- engine internals (the Kernel the scheduler, Runtime and HostTx use) -----------------
 
     def new_task(
         self,
@@ -348,7 +312,7 @@ class Harness:
                 f"task kind {kind.name!r} v{kind.version} is not registered with this harness"
             )
         value = kind.validate_input(input)
-        _require_json(value, f"input of task kind {kind.name!r}")
+        require_json(value, f"input of task kind {kind.name!r}")
         if key is not None:
             task_id = keyed_id("t-", self.session_id, owner or "", key)
             existing = d.find(task_id)
@@ -486,10 +450,3 @@ class Harness:
             raise HarnessClosed("this harness was closed; create a new one")
         if not self._opened:
             raise HarnessClosed("call `await harness.open()` first")
-
-
-def _require_json(value: Any, what: str) -> None:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise DefinitionError(f"{what} must be JSON: {exc}") from None

@@ -10,14 +10,12 @@ free of side effects; an exception raised inside it writes nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from .kernel import Draft, Kernel
 from .rules import decide_signal
 from .signals import SignalResult, SignalToken
 from .tasks import TaskDefinition
-
-if TYPE_CHECKING:
-    from .harness import Draft, Harness
 
 R = TypeVar("R")
 
@@ -55,7 +53,7 @@ class HostTx:
     """The ``tx`` of a host command: no committing task, so created tasks are top-level unless
     ``owner`` names one."""
 
-    def __init__(self, harness: Harness, draft: Draft) -> None:
+    def __init__(self, harness: Kernel, draft: Draft) -> None:
         self._h = harness
         self._d = draft
 
@@ -111,7 +109,7 @@ class HostTx:
         return self._h.mark_abort(self._d, task_id, reason)
 
 
-def host_commit(harness: Harness, change: Callable[[HostTx], R]) -> R:
+def host_commit(harness: Kernel, change: Callable[[HostTx], R]) -> R:
     """Run ``change`` in one commit of ``harness``'s session and return what it returned."""
     # Conversations does the same: host commands go through the harness's one commit path, so
     # they are conditioned on the session's sequence number like every other write.

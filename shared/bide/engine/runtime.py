@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from .errors import DefinitionError, InvalidTransition, InvocationEnded
+from .errors import InvalidTransition, InvocationEnded
 from .host import HostTx
 from .ids import keyed_id
+from .kernel import Draft, Kernel, require_json
 from .records import TaskRecord
 from .rules import bump, check_sleep, check_wait
 from .signals import SignalExpired, SignalState, SignalToken, SignalValue, slot_name
@@ -26,9 +26,6 @@ from .state import (
 )
 from .tasks import StateOrBuilder, TaskDefinition
 
-if TYPE_CHECKING:
-    from .harness import Draft, Harness
-
 T = TypeVar("T")
 R = TypeVar("R")
 _MISSING: Any = object()
@@ -39,7 +36,7 @@ class Runtime:
     :class:`~bide.engine.errors.InvocationEnded`) once the task parked, ended, was abort-marked
     (except in the abort handler) or was taken over by another worker."""
 
-    def __init__(self, harness: Harness, record: TaskRecord, invocation: str, *, aborting: bool):
+    def __init__(self, harness: Kernel, record: TaskRecord, invocation: str, *, aborting: bool):
         self._h = harness
         self._task_id = record.id
         self._invocation = invocation
@@ -107,7 +104,7 @@ class Runtime:
             return record.memos[name]
         if candidate is _MISSING:
             return None
-        _require_json(candidate, f"memo {name!r}")
+        require_json(candidate, f"memo {name!r}")
 
         def write(d: Draft) -> Any:
             return _Tx(self._h, d, self._task_id, holder=self._holder).memo(name, candidate)
@@ -211,7 +208,7 @@ class _Tx(HostTx):
     """The ``tx`` a commit builder receives: a host transaction whose committing task owns
     what it creates, and which can write that task's memos."""
 
-    def __init__(self, harness: Harness, d: Draft, task_id: str, holder: Any = None) -> None:
+    def __init__(self, harness: Kernel, d: Draft, task_id: str, holder: Any = None) -> None:
         super().__init__(harness, d)
         self._task_id = task_id
         self._holder = holder
@@ -251,13 +248,6 @@ class _Tx(HostTx):
         assert record is not None
         if name in record.memos:
             return record.memos[name]
-        _require_json(value, f"memo {name!r}")
+        require_json(value, f"memo {name!r}")
         self._d.put(bump(record, memos={**record.memos, name: value}))
         return value
-
-
-def _require_json(value: Any, what: str) -> None:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise DefinitionError(f"{what} must be JSON: {exc}") from None

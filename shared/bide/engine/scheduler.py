@@ -2,15 +2,16 @@
 phases (or abort handler) as an invocation, and end or release what an invocation held.
 
 These functions are the harness's internals, kept apart from its public commands; they read
-and write the harness's adopted view and commit only through ``Harness._apply``.
+and write the harness's adopted view and commit only through its ``_apply``, seeing the
+harness as a :class:`~bide.engine.kernel.Kernel` (so this module does not import it back).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from .errors import InvocationEnded
+from .kernel import Draft, Kernel
 from .records import TaskRecord
 from .rules import bump, cascade_pending, live_children, ready_to_settle, runnable_for_abort, wakeup
 from .runtime import Runtime
@@ -26,12 +27,8 @@ from .state import (
     Terminal,
     Waiting,
 )
-from .tasks import TaskDefinition, TaskView
-
-if TYPE_CHECKING:
-    from .harness import Draft, Harness
-
 from .store.base import MAX_COMMIT_ITEMS
+from .tasks import TaskDefinition, TaskView
 
 _RESERVE_BUDGET = MAX_COMMIT_ITEMS - 9  # leave room; marks and reservations share a commit
 
@@ -39,7 +36,7 @@ _RESERVE_BUDGET = MAX_COMMIT_ITEMS - 9  # leave room; marks and reservations sha
 # --- scheduling --------------------------------------------------------------------------
 
 
-def reserve(h: Harness, d: Draft) -> list[tuple[str, str]]:
+def reserve(h: Kernel, d: Draft) -> list[tuple[str, str]]:
     """One commit that settles finished owners and reserves every eligible task."""
     now = h.clock.now()
     live = d.live()
@@ -85,7 +82,7 @@ def reserve(h: Harness, d: Draft) -> list[tuple[str, str]]:
     return started
 
 
-def propagate_aborts(h: Harness, d: Draft, live: dict[str, TaskRecord]) -> None:
+def propagate_aborts(h: Kernel, d: Draft, live: dict[str, TaskRecord]) -> None:
     """Finish cascades that did not fit one commit: work owned by an abort-marked task,
     or (unless in the background) by a task that ended, gets its abort mark."""
     for record in live.values():
@@ -101,12 +98,12 @@ def propagate_aborts(h: Harness, d: Draft, live: dict[str, TaskRecord]) -> None:
             h._truncated = True
 
 
-def spawn(h: Harness, task_id: str, invocation: str) -> None:
+def spawn(h: Kernel, task_id: str, invocation: str) -> None:
     h._mine.add(invocation)
     h._inflight[task_id] = asyncio.ensure_future(invoke(h, task_id, invocation))
 
 
-def held(h: Harness, task_id: str, invocation: str) -> TaskRecord | None:
+def held(h: Kernel, task_id: str, invocation: str) -> TaskRecord | None:
     record = h._live.get(task_id)
     state = record.state if record is not None else None
     if isinstance(state, Running) and state.invocation == invocation:
@@ -114,7 +111,7 @@ def held(h: Harness, task_id: str, invocation: str) -> TaskRecord | None:
     return None
 
 
-async def invoke(h: Harness, task_id: str, invocation: str) -> None:
+async def invoke(h: Kernel, task_id: str, invocation: str) -> None:
     try:
         while (record := held(h, task_id, invocation)) is not None:
             definition = h._defs.get((record.kind, record.version))
@@ -133,7 +130,7 @@ async def invoke(h: Harness, task_id: str, invocation: str) -> None:
 
 
 async def run_phase(
-    h: Harness, definition: TaskDefinition, record: TaskRecord, invocation: str
+    h: Kernel, definition: TaskDefinition, record: TaskRecord, invocation: str
 ) -> None:
     state = record.state
     assert isinstance(state, Running)
@@ -159,7 +156,7 @@ async def run_phase(
 
 
 async def run_abort(
-    h: Harness, definition: TaskDefinition, record: TaskRecord, invocation: str
+    h: Kernel, definition: TaskDefinition, record: TaskRecord, invocation: str
 ) -> None:
     if definition.abort is None:
         end_held(h, record.id, invocation, Aborted(reason=record.abort_reason))
@@ -178,12 +175,12 @@ async def run_abort(
         end_held(h, record.id, invocation, Faulted(error=error))
 
 
-def aborted(h: Harness, task_id: str) -> bool:
+def aborted(h: Kernel, task_id: str) -> bool:
     record = h._live.get(task_id)
     return record is not None and record.abort_marked
 
 
-def release_held(h: Harness, task_id: str, invocation: str) -> None:
+def release_held(h: Kernel, task_id: str, invocation: str) -> None:
     def release(d: Draft) -> None:
         record = d.get(task_id)
         state = record.state if record is not None else None
@@ -194,7 +191,7 @@ def release_held(h: Harness, task_id: str, invocation: str) -> None:
     h._apply(release)
 
 
-def end_held(h: Harness, task_id: str, invocation: str, outcome: Outcome) -> None:
+def end_held(h: Kernel, task_id: str, invocation: str, outcome: Outcome) -> None:
     def end(d: Draft) -> None:
         record = d.get(task_id)
         state = record.state if record is not None else None
