@@ -198,15 +198,20 @@ def napping_app(seconds: float) -> App:
 
 
 def test_a_timed_park_is_woken_by_the_local_alarm(db: str) -> None:
-    with BackgroundStack(LocalStack(napping_app(0.4), db, port=0)) as stack:
+    # The stack's clock is the test's: the nap cannot end before the test has seen it parked
+    # (with wall time, a slow machine let the 0.4 s nap pass before the first look). The alarm
+    # loop still sleeps real time, at most the nap's length, between looks at the clock.
+    clock = ManualClock()
+    with BackgroundStack(LocalStack(napping_app(0.4), db, port=0, clock=clock)) as stack:
         client = ApiClient(stack.url)
         sid = create(client)
         submit(client, sid, "take a nap")
         tool = wait_for(lambda: parked_tool(client, sid), "nap to park")
-        assert tool["keys"] == [] and tool["until"] is not None
+        assert tool["keys"] == [] and tool["until"] == clock.now() + 0.4
         assert wait_for(lambda: stack.status()["alarms"], "the alarm") == [
             {"session_id": sid, "at": tool["until"]}
         ]
+        clock.advance(0.4)
         done = wait_for(lambda: finished(client, sid), "the alarm to wake the session", 10)
         assert done["entries"][-1]["text"] == "rested (woke: time)"
         assert stack.settle(5)
