@@ -25,7 +25,7 @@ from ..agent.conversation import (
     read_submission,
 )
 from ..engine.signals import SignalExpired, SignalKey, SignalToken, SignalValue
-from ..service.webhooks import WebhookBinding, binding_key, make_token
+from ..tools.webhooks import WebhookBinding, binding_key, make_token
 from .errors import (
     AuthorizationRequired,
     FatalError,
