@@ -26,12 +26,14 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
 from ..engine.errors import InvalidPark, InvocationEnded
+from ..engine.signals import SignalToken
 from ..engine.state import Aborted, Completed, Failed, Outcome, Running, Sleeping, Terminal, Waiting
 from ..engine.store.base import Store
 from ..engine.tasks import TaskDefinition, TaskView, define_task
@@ -45,7 +47,6 @@ from .requests import withdraw
 from .tool import WorkflowTool
 
 if TYPE_CHECKING:
-    from ..app import App
     from ..engine.harness import Draft, Harness
     from ..engine.runtime import Runtime
     from ..tools.registry import ToolRegistry
@@ -129,7 +130,22 @@ def install(agent: Any) -> list[TaskDefinition]:
     return kinds
 
 
-def setup_app(app: App) -> App:
+class AppLike(Protocol):
+    """What :func:`setup_app` needs of an app (a :class:`bide.app.App`, which sits above the
+    workflow layer and so is described here rather than imported)."""
+
+    tasks: list[TaskDefinition]
+    tools: ToolRegistry | None
+    agent: Any
+
+    def add_signals(self, tokens: Iterable[SignalToken[Any]]) -> None:
+        """Make more tokens deliverable by name."""
+
+
+AppT = TypeVar("AppT", bound=AppLike)
+
+
+def setup_app(app: AppT) -> AppT:
     """Make an app ready for workflow tools: webhook requests deliverable, background kinds
     known (through ``app.agent`` or ``app.tools``)."""
     app.add_signals([WEBHOOK])
