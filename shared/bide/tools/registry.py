@@ -1,21 +1,36 @@
-"""The tool registry: tools and extensions a harness's tool tasks resolve against."""
+"""The tool registry: tools and extensions a harness's tool tasks resolve against, and the
+port through which a call made in a conversation writes its result entry."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..engine.errors import DefinitionError
 from .define import ToolDefinition
 from .hooks import Extension
 
 if TYPE_CHECKING:
+    from ..engine.host import WriteTx
     from ..engine.tasks import TaskDefinition
+
+
+class TranscriptWriter(Protocol):
+    """Appends ``entry`` to the transcript of conversation ``cid`` inside the commit ``tx``
+    and returns its index. Conversations belong to the agent layer, above this one, so the
+    agent provides it (:attr:`ToolRegistry.transcript`)."""
+
+    def __call__(self, tx: WriteTx, cid: str, entry: dict[str, Any], /) -> int:
+        """Append the entry; its index (1-based)."""
+        ...
 
 
 class ToolRegistry:
     """Named tools plus extensions in order. ``version`` counts changes: a change wakes
-    every call parked at its gates, so the gates installed now decide."""
+    every call parked at its gates, so the gates installed now decide.
+
+    ``transcript`` is the port a call made in a conversation writes its result entry
+    through; an :class:`~bide.agent.Agent` installs it when it takes the registry."""
 
     def __init__(
         self, tools: Iterable[ToolDefinition] = (), extensions: Iterable[Extension] = ()
@@ -28,6 +43,7 @@ class ToolRegistry:
         for extension in extensions:
             self.add_extension(extension)
         self.version = 0
+        self.transcript: TranscriptWriter | None = None
         from .task import tool_task  # the task kind needs the registry; built once
 
         self.task: TaskDefinition = tool_task(self)
