@@ -1,5 +1,6 @@
 """The tool registry: tools and extensions a harness's tool tasks resolve against, and the
-port through which a call made in a conversation writes its result entry."""
+ports higher layers fill: the transcript a call made in a conversation writes its result
+entry to (the agent's), and the starter of background tools' tasks (the workflow's)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ from .define import ToolDefinition
 from .hooks import Extension
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from ..engine.host import WriteTx
     from ..engine.tasks import TaskDefinition
+    from .api import ToolExecutionApi
+    from .results import ToolResult
 
 
 class TranscriptWriter(Protocol):
@@ -25,12 +30,25 @@ class TranscriptWriter(Protocol):
         ...
 
 
+class BackgroundStarter(Protocol):
+    """Starts the background task of a call of the ``lifetime="task"`` tool named ``tool``
+    (once per call) and returns the receipt the model gets. The background task kind belongs
+    to :mod:`bide.workflow`, above this layer, which provides it
+    (:attr:`ToolRegistry.background`, filled by :func:`bide.workflow.workflow_kinds`)."""
+
+    async def __call__(self, tool: str, args: BaseModel, api: ToolExecutionApi, /) -> ToolResult:
+        """Create the task (or find it) and return the receipt."""
+        ...
+
+
 class ToolRegistry:
     """Named tools plus extensions in order. ``version`` counts changes: a change wakes
     every call parked at its gates, so the gates installed now decide.
 
-    ``transcript`` is the port a call made in a conversation writes its result entry
-    through; an :class:`~bide.agent.Agent` installs it when it takes the registry."""
+    Two ports are filled by the layers that own what they reach: ``transcript``, through
+    which a call made in a conversation writes its result entry (an
+    :class:`~bide.agent.Agent` installs it when it takes the registry), and ``background``,
+    which starts a background tool's task (:func:`bide.workflow.install` installs it)."""
 
     def __init__(
         self, tools: Iterable[ToolDefinition] = (), extensions: Iterable[Extension] = ()
@@ -44,6 +62,7 @@ class ToolRegistry:
             self.add_extension(extension)
         self.version = 0
         self.transcript: TranscriptWriter | None = None
+        self.background: BackgroundStarter | None = None
         from .task import tool_task  # the task kind needs the registry; built once
 
         self.task: TaskDefinition = tool_task(self)

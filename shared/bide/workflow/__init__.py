@@ -41,7 +41,7 @@ background task kind and webhook requests are deliverable. The ``*_in`` function
 attached harness; :mod:`bide.service.workflow` wraps them as services (one request each).
 """
 
-from ..tools.define import ToolShape
+from ..tools.define import ToolShape, WorkflowTool
 from .auth import AuthProviders, InMemoryAuthProviders
 from .background import (
     BACKGROUND_TASK,
@@ -77,7 +77,6 @@ from .requests import (
     pending_asks,
     pending_authorizations,
 )
-from .tool import WorkflowTool
 
 __all__ = [
     "BACKGROUND_TASK",
