@@ -11,6 +11,7 @@ from bide.agent import (
     Conversations,
     GenerationHooks,
     StartTasks,
+    append_entry,
     hook_task,
     subagent_tool,
     submit_in,
@@ -87,6 +88,13 @@ def test_a_full_round_with_a_parked_tool_resumed_by_a_signal():
         assert provider.requests[0].tools[0].name == "ask_person"
 
     run(go())
+
+
+def test_the_agent_provides_the_transcript_port_its_tool_calls_write_results_through():
+    registry = ToolRegistry([define_tool("ask_person", "", Ask, ask_person)])
+    assert registry.transcript is None  # a bare registry: its calls name no conversation
+    Agent(ScriptedProvider(echo), registry)
+    assert registry.transcript is append_entry
 
 
 def test_request_id_dedup():

@@ -8,8 +8,8 @@ from test_workflow_support import Note, Session, Tools, deps_for
 
 from bide.agent.providers.scripted import call_tool, reply
 from bide.app import App
+from bide.service import workflow as wf_service
 from bide.workflow import answer_in, define_workflow_tool, pending_asks
-from bide.workflow import service as wf_service
 
 CONFIRM = [
     {"id": "approve", "label": "Approve", "style": "primary"},

@@ -10,6 +10,7 @@ from kit import run
 from test_workflow_support import Note, Tools, deps_for
 
 from bide.app import App
+from bide.service import workflow as wf_service
 from bide.workflow import (
     StepFailed,
     WorkflowError,
@@ -18,7 +19,6 @@ from bide.workflow import (
     define_workflow_tool,
     pending_authorizations,
 )
-from bide.workflow import service as wf_service
 
 TOKEN = "tok-SECRET-1234"
 

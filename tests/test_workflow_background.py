@@ -11,6 +11,7 @@ from test_workflow_support import Note, Session, Tools, deps_for
 
 from bide.agent.providers.scripted import call_tool, reply
 from bide.app import App
+from bide.service import workflow as wf_service
 from bide.workflow import (
     background_tasks,
     define_workflow_tool,
@@ -18,7 +19,6 @@ from bide.workflow import (
     pending_asks,
     task_cancel_tool,
 )
-from bide.workflow import service as wf_service
 
 
 def script(request):

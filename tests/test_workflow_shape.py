@@ -135,3 +135,22 @@ def test_a_plain_background_tool_may_park_like_any_tool():
         assert (info.status, info.result) == ("completed", "got yes")
 
     run(go())
+
+
+def test_a_background_tool_defined_in_bide_tools_says_it_needs_the_workflow_installed():
+    from kit import Kit
+
+    from bide.tools import result_of
+
+    async def go():
+        tool = define_tool("plain_task", "", Note, plain_task, lifetime="task")
+        registry = ToolRegistry([tool])
+        assert registry.background is None  # no workflow kinds for it yet
+        h = Kit(registry.task).h
+        await h.open()
+        call = await h.create_task(registry.task, registry.call("plain_task", {"note": "x"}))
+        await h.run_until_parked()
+        result = result_of(h.outcome(call))
+        assert result.is_error and "bide.workflow.install" in result.text
+
+    run(go())

@@ -55,6 +55,9 @@ class Agent:
     ) -> None:
         self.provider = provider
         self.tools = tools if tools is not None else ToolRegistry()
+        # The tool task writes each call's result entry through this port, in the commit
+        # that ends the call (the tools layer cannot reach conversations itself).
+        self.tools.transcript = append_entry
         self.admission = admission
         self.model_family = model_family
         if admission is not None:

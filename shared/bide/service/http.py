@@ -31,8 +31,8 @@ from ..agent.conversation import Submission
 from ..aws.sqs import parse_wake
 from ..constants import DEFAULT_SAFETY_MARGIN_MS
 from ..engine.errors import ConflictError, DefinitionError, StoreUnavailable
-from ..workflow import service as workflow_service
 from . import observability as obs
+from . import workflow as workflow_service
 from .api_models import (
     MAX_NAME as _MAX_NAME,
 )

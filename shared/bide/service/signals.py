@@ -10,8 +10,8 @@ from ..engine.delivery import deliver_signal
 from ..engine.errors import DefinitionError
 from ..engine.rules import SignalDecision
 from ..engine.signals import SignalResult
+from ..tools.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token, verify
 from .deps import Deps
-from .webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token, verify
 
 # What each result means to an HTTP caller.
 STATUS_OF: dict[SignalResult, int] = {

@@ -1,4 +1,5 @@
-"""Tool definitions: ``define_tool`` and ``wrap_tool``, and a tool's :class:`ToolShape`.
+"""Tool definitions: ``define_tool`` and ``wrap_tool``, a tool's :class:`ToolShape`, and
+:class:`WorkflowTool`, the definition of a tool whose authored body is not its ``execute``.
 
 Every tool carries its shape as data, computed once when it is defined (design 000 §2, §5):
 ``lifetime`` says whether the call ends with its step (``"step"``) or hands the model a
@@ -7,11 +8,17 @@ body parks by returning :class:`Sleep`/:class:`Wait` itself (``"none"``) or is a
 workflow body that awaits durable operations (``"workflow"``, see :mod:`bide.workflow`).
 Consumers switch on the shape instead of re-deriving it; the ``task`` argument exists if and
 only if the lifetime is ``"task"``.
+
+Every cell's definition is data defined here; what runs the cells other than ``step``/``none``
+(replaying a workflow body, the background task kind) is :mod:`bide.workflow`, above this
+layer. A background tool's receipt reaches it through the registry's ``background`` port,
+which :func:`bide.workflow.install` fills.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -91,6 +98,22 @@ class ToolDefinition:
         return parsed.model_dump(mode="json")
 
 
+@dataclass(frozen=True, eq=False)
+class WorkflowTool(ToolDefinition):
+    """A :class:`ToolDefinition` whose authored code is not its ``execute``: ``execute`` is
+    the adapter its shape calls for (a replay of ``body`` for a waiting workflow tool, the
+    receipt for a background one), and ``body`` is what the author wrote. ``body_replay`` and
+    ``body_cancel`` are the author's policy and cleanup for a background body of shape
+    ``task``/``none``; ``agents`` names the subagents ``ctx.agent`` may call; ``grace``
+    bounds how long a cancelled body may take to unwind (seconds)."""
+
+    body: Callable[..., Any] | None = None
+    body_replay: Replay = "safe"
+    body_cancel: Cancel | None = None
+    agents: Mapping[str, Any] = field(default_factory=dict)
+    grace: float = 30.0
+
+
 def define_tool(
     name: str,
     description: str,
@@ -112,10 +135,8 @@ def define_tool(
 
     ``lifetime="task"`` makes a background tool: ``execute(args, api, task)`` runs as a
     session-owned task after the model got its receipt (see
-    :func:`bide.workflow.define_background_tool`)."""
+    :func:`define_background_tool`)."""
     if lifetime == "task":
-        from ..workflow.define import define_background_tool  # the task cell lives there
-
         return define_background_tool(
             name,
             description,
@@ -127,6 +148,88 @@ def define_tool(
         )
     if lifetime != "step":
         raise DefinitionError(f"tool {name!r}: lifetime must be 'step' or 'task'")
+    _check(name, parameters, replay, concurrency)
+    return ToolDefinition(
+        name, description, parameters, execute, replay, cancel, concurrency=concurrency
+    )
+
+
+def define_background_tool(
+    name: str,
+    description: str,
+    parameters: type[BaseModel],
+    execute: Callable[..., Any],
+    *,
+    replay: Replay = "unsafe",
+    cancel: Cancel | None = None,
+    concurrency: Concurrency = "exclusive",
+) -> WorkflowTool:
+    """The ``task``/``none`` cell: ``execute(args, api, task)`` runs as a background task
+    after the model got its receipt; it may park like any tool (return ``Sleep``/``Wait``)
+    and post messages (``await task.post_message(text)``); its return value arrives as the
+    completion notification. ``replay`` and ``cancel`` mean what they mean for a tool. The
+    session runs it once :func:`bide.workflow.install` (or ``setup_app``) knows the registry."""
+    shape = body_shape(name, "task", "none", execute)
+    _check(name, parameters, replay, concurrency)
+    return WorkflowTool(
+        name,
+        description,
+        parameters,
+        background_receipt(name),
+        "safe",  # the receipt finds its task by key: rerunning it is harmless
+        None,
+        concurrency=concurrency,
+        shape=shape,
+        body=execute,
+        body_replay=replay,
+        body_cancel=cancel,
+    )
+
+
+def body_shape(name: str, lifetime: str, suspend: str, fn: Callable[..., Any]) -> ToolShape:
+    """The shape of a tool whose body is ``fn``, checked: ``fn`` takes ``(args, api|ctx)``,
+    plus ``task`` if and only if the lifetime is ``"task"``. Raises
+    :class:`~bide.DefinitionError` saying what it should take."""
+    if lifetime not in ("step", "task"):
+        raise DefinitionError(f"tool {name!r}: lifetime must be 'step' or 'task'")
+    if not callable(fn):
+        raise DefinitionError(f"tool {name!r}: its body must be callable")
+    wanted = 3 if lifetime == "task" else 2
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        params = None
+    if params is not None:
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(positional) != wanted and not any(p.kind == p.VAR_POSITIONAL for p in params):
+            task = "(args, ctx, task)" if suspend == "workflow" else "(args, api, task)"
+            plain = "(args, ctx)" if suspend == "workflow" else "(args, api)"
+            raise DefinitionError(
+                f"tool {name!r}: lifetime {lifetime!r} takes {task if wanted == 3 else plain}; "
+                "the task argument exists if and only if lifetime is 'task'"
+            )
+    return ToolShape(lifetime=lifetime, suspend=suspend)  # type: ignore[arg-type]
+
+
+def background_receipt(name: str) -> Execute:
+    """``execute`` of a background tool: the registry's ``background`` port creates the
+    call's task (once) and returns the receipt the model gets."""
+
+    async def execute(args: Any, api: ToolExecutionApi) -> ExecuteResult:
+        start = api._registry.background
+        if start is None:
+            return ToolResult.error(
+                ToolErrorCode.TOOL_ERROR,
+                f"background tool {name!r} needs bide.workflow.install(agent) (or the kinds "
+                "of bide.workflow.workflow_kinds(registry) in the harness)",
+            )
+        return await start(name, args, api)
+
+    return execute
+
+
+def _check(name: str, parameters: type[BaseModel], replay: str, concurrency: str) -> None:
+    """The checks every tool definition passes: a name, a parameters model, its policies."""
     if not name or not isinstance(name, str):
         raise DefinitionError("a tool needs a non-empty name")
     if not (isinstance(parameters, type) and issubclass(parameters, BaseModel)):
@@ -135,9 +238,6 @@ def define_tool(
         raise DefinitionError(f"tool {name!r}: replay must be 'safe' or 'unsafe'")
     if concurrency not in ("parallel_safe", "exclusive"):
         raise DefinitionError(f"tool {name!r}: concurrency must be 'parallel_safe' or 'exclusive'")
-    return ToolDefinition(
-        name, description, parameters, execute, replay, cancel, concurrency=concurrency
-    )
 
 
 def wrap_tool(tool: ToolDefinition, wrapper: Wrapper, *, name: str | None = None) -> ToolDefinition:

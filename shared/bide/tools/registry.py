@@ -1,21 +1,54 @@
-"""The tool registry: tools and extensions a harness's tool tasks resolve against."""
+"""The tool registry: tools and extensions a harness's tool tasks resolve against, and the
+ports higher layers fill: the transcript a call made in a conversation writes its result
+entry to (the agent's), and the starter of background tools' tasks (the workflow's)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..engine.errors import DefinitionError
 from .define import ToolDefinition
 from .hooks import Extension
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from ..engine.host import WriteTx
     from ..engine.tasks import TaskDefinition
+    from .api import ToolExecutionApi
+    from .results import ToolResult
+
+
+class TranscriptWriter(Protocol):
+    """Appends ``entry`` to the transcript of conversation ``cid`` inside the commit ``tx``
+    and returns its index. Conversations belong to the agent layer, above this one, so the
+    agent provides it (:attr:`ToolRegistry.transcript`)."""
+
+    def __call__(self, tx: WriteTx, cid: str, entry: dict[str, Any], /) -> int:
+        """Append the entry; its index (1-based)."""
+        ...
+
+
+class BackgroundStarter(Protocol):
+    """Starts the background task of a call of the ``lifetime="task"`` tool named ``tool``
+    (once per call) and returns the receipt the model gets. The background task kind belongs
+    to :mod:`bide.workflow`, above this layer, which provides it
+    (:attr:`ToolRegistry.background`, filled by :func:`bide.workflow.workflow_kinds`)."""
+
+    async def __call__(self, tool: str, args: BaseModel, api: ToolExecutionApi, /) -> ToolResult:
+        """Create the task (or find it) and return the receipt."""
+        ...
 
 
 class ToolRegistry:
     """Named tools plus extensions in order. ``version`` counts changes: a change wakes
-    every call parked at its gates, so the gates installed now decide."""
+    every call parked at its gates, so the gates installed now decide.
+
+    Two ports are filled by the layers that own what they reach: ``transcript``, through
+    which a call made in a conversation writes its result entry (an
+    :class:`~bide.agent.Agent` installs it when it takes the registry), and ``background``,
+    which starts a background tool's task (:func:`bide.workflow.install` installs it)."""
 
     def __init__(
         self, tools: Iterable[ToolDefinition] = (), extensions: Iterable[Extension] = ()
@@ -28,6 +61,8 @@ class ToolRegistry:
         for extension in extensions:
             self.add_extension(extension)
         self.version = 0
+        self.transcript: TranscriptWriter | None = None
+        self.background: BackgroundStarter | None = None
         from .task import tool_task  # the task kind needs the registry; built once
 
         self.task: TaskDefinition = tool_task(self)

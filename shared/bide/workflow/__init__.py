@@ -24,23 +24,24 @@ thing. Designs 000 and 003 give the behaviour:
 * **Background** (``lifetime="task"``): the model gets ``{"status": "working", "task_id"}``
   exactly once, at admission, whatever the body does; the body runs on as a session-owned
   task listed in the task index; completion or failure arrives later as a notification;
-  ``task_cancel`` (:func:`task_cancel_tool`, :func:`service.cancel_background`) and
-  :func:`service.end_session` cancel it (:mod:`bide.workflow.background`).
+  ``task_cancel`` (:func:`task_cancel_tool`, :func:`cancel_background_in`) and
+  :func:`end_session_in` cancel it (:mod:`bide.workflow.background`).
 * **ask** publishes an :class:`InputRequest` document (:func:`pending_asks`), answered once
-  through :func:`service.answer`, withdrawn when the run ends; it never steers.
+  through :func:`answer_in`, withdrawn when the run ends; it never steers.
 * **Cancellation**: an abort of a parked run replays the body and raises :class:`Cancelled`
   at the operation it was parked at; ``finally`` blocks run (``ctx.cancelled`` is true; steps
   there run and are recorded) within ``grace`` seconds, then the call ends aborted.
 * **Provider authorization**: inside a step, ``await step.get_token(provider)`` (or
   ``ctx.get_token`` while a step runs) uses the :class:`AuthProviders` port; sign-in parks the
-  run on an :class:`AuthorizationRequest` resumed by :func:`service.complete_authorization`,
+  run on an :class:`AuthorizationRequest` resumed by :func:`complete_authorization_in`,
   and the step is retried. Tokens never enter the history; in the body both methods raise.
 
 Hosts: call :func:`install` (agent) or :func:`setup_app` (app) so harnesses know the
-background task kind and webhook requests are deliverable.
+background task kind and webhook requests are deliverable. The ``*_in`` functions work on an
+attached harness; :mod:`bide.service.workflow` wraps them as services (one request each).
 """
 
-from ..tools.define import ToolShape
+from ..tools.define import ToolShape, WorkflowTool
 from .auth import AuthProviders, InMemoryAuthProviders
 from .background import (
     BACKGROUND_TASK,
@@ -65,6 +66,7 @@ from .errors import (
     WorkflowError,
 )
 from .history import WAKE, WEBHOOK
+from .host import complete_authorization_in, post_webhook, view_in
 from .ops import Op, RetryPolicy, Webhook
 from .requests import (
     AskAnswer,
@@ -75,8 +77,6 @@ from .requests import (
     pending_asks,
     pending_authorizations,
 )
-from .service import complete_authorization_in, post_webhook, view_in
-from .tool import WorkflowTool
 
 __all__ = [
     "BACKGROUND_TASK",

@@ -1,10 +1,11 @@
 """Background tasks: the body of a ``lifetime="task"`` tool, run as a session-owned task.
 
 The tool call itself completes at once with the receipt ``{"status": "working", "task_id"}``
-(:func:`bide.workflow.define`), after creating one task of kind :data:`BACKGROUND_TASK`
-(keyed by the call, so a rerun finds the same one; top-level and ``background``, so it
-outlives the call and the turn) and its entry in the session's task index
-(``wf/task/<id>``, a :class:`BackgroundTaskInfo`).
+(:func:`bide.tools.define.background_receipt`, through the registry's ``background`` port,
+which :func:`workflow_kinds` fills), after creating one task of kind
+:data:`BACKGROUND_TASK` (keyed by the call, so a rerun finds the same one; top-level and
+``background``, so it outlives the call and the turn) and its entry in the session's task
+index (``wf/task/<id>``, a :class:`BackgroundTaskInfo`).
 
 The background task runs the tool's body with the same machinery as a waiting tool: a
 workflow body is replayed from its history (checkpoints ``start`` -> ``execute`` (intent)
@@ -26,29 +27,29 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ..engine.errors import InvalidPark, InvocationEnded
+from ..engine.errors import InvalidPark, InvocationEnded, UnknownTaskKind
+from ..engine.signals import SignalToken
 from ..engine.state import Aborted, Completed, Failed, Outcome, Running, Sleeping, Terminal, Waiting
 from ..engine.store.base import Store
 from ..engine.tasks import TaskDefinition, TaskView, define_task
 from ..tools.api import ToolExecutionApi
-from ..tools.define import define_tool
-from ..tools.results import Sleep, ToolResult, Wait
+from ..tools.define import WorkflowTool, define_tool
+from ..tools.results import Sleep, ToolErrorCode, ToolResult, Wait
 from .context import Errored, Finished, Parked, RunHost, open_requests, run_body
 from .history import WEBHOOK
 from .ops import describe
 from .requests import withdraw
-from .tool import WorkflowTool
 
 if TYPE_CHECKING:
-    from ..app import App
     from ..engine.harness import Draft, Harness
     from ..engine.runtime import Runtime
-    from ..tools.registry import ToolRegistry
+    from ..tools.registry import BackgroundStarter, ToolRegistry
 
 BACKGROUND_TASK = "bide.workflow.background"
 INDEX_PREFIX = "wf/task/"
@@ -107,16 +108,12 @@ def workflow_kinds(registry: ToolRegistry, agent: Any = None) -> list[TaskDefini
     if kinds is None:
         kinds = _KINDS.setdefault(registry, _Kinds(registry, agent))
         kinds.background = _background_task(kinds)
+        # The receipts of the registry's background tools start their tasks through this.
+        registry.background = _starter(kinds.background)
     if agent is not None:
         kinds.agent = agent
     assert kinds.background is not None
     return [kinds.background]
-
-
-def background_kind(registry: ToolRegistry) -> TaskDefinition | None:
-    """The background task kind built for ``registry``, if :func:`workflow_kinds` ran."""
-    kinds = _KINDS.get(registry)
-    return None if kinds is None else kinds.background
 
 
 def install(agent: Any) -> list[TaskDefinition]:
@@ -129,7 +126,22 @@ def install(agent: Any) -> list[TaskDefinition]:
     return kinds
 
 
-def setup_app(app: App) -> App:
+class AppLike(Protocol):
+    """What :func:`setup_app` needs of an app (a :class:`bide.app.App`, which sits above the
+    workflow layer and so is described here rather than imported)."""
+
+    tasks: list[TaskDefinition]
+    tools: ToolRegistry | None
+    agent: Any
+
+    def add_signals(self, tokens: Iterable[SignalToken[Any]]) -> None:
+        """Make more tokens deliverable by name."""
+
+
+AppT = TypeVar("AppT", bound=AppLike)
+
+
+def setup_app(app: AppT) -> AppT:
     """Make an app ready for workflow tools: webhook requests deliverable, background kinds
     known (through ``app.agent`` or ``app.tools``)."""
     app.add_signals([WEBHOOK])
@@ -140,6 +152,50 @@ def setup_app(app: App) -> App:
             if kind not in app.tasks:
                 app.tasks.append(kind)
     return app
+
+
+# --- the receipt's start -------------------------------------------------------------------
+
+
+def call_input(api: ToolExecutionApi) -> dict[str, Any]:
+    """The input of the tool task ``api`` runs in (its call id, its conversation)."""
+    record = api._rt._h.task(api.task_id)
+    return dict(record.input) if record is not None and isinstance(record.input, dict) else {}
+
+
+def _starter(kind: TaskDefinition) -> BackgroundStarter:
+    """The registry's ``background`` port: create the call's task of ``kind`` (once) with
+    its index entry, and hand out the receipt."""
+
+    async def start(name: str, args: BaseModel, api: ToolExecutionApi) -> ToolResult:
+        if api.get_doc(ENDED_KEY) is not None:
+            return ToolResult.error(ToolErrorCode.TOOL_ERROR, "the session has ended")
+        call = call_input(api)
+        spec = {
+            "tool": name,
+            "arguments": args.model_dump(mode="json"),
+            "call_task": api.task_id,
+            "call_id": call.get("call_id"),
+            "conversation": call.get("conversation"),
+        }
+
+        def write(tx: Any) -> str:
+            task_id: str = tx.create_task(
+                kind, spec, key=f"background:{api.task_id}", owner=None, background=True
+            )
+            if tx.get_doc(index_key(task_id)) is None:
+                info = _info(task_id, BackgroundInput.model_validate(spec), tx.now())
+                tx.put_doc(index_key(task_id), info.model_dump(mode="json"))
+            return task_id
+
+        try:
+            task_id = await api.write(write)
+        except UnknownTaskKind as exc:
+            return ToolResult.error(ToolErrorCode.TOOL_ERROR, f"{exc}: see bide.workflow.install")
+        receipt = {"status": "working", "task_id": task_id}
+        return ToolResult.of_text(json.dumps(receipt), details=receipt)
+
+    return start
 
 
 # --- the task kind -------------------------------------------------------------------------

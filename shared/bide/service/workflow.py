@@ -1,0 +1,99 @@
+"""The workflow's service functions: answer a question, complete a sign-in, cancel a
+background task, end a session, and the session's workflow view, for one request each.
+
+Each takes :class:`~bide.service.deps.Deps`, attaches a harness, wakes the session's queue
+before it writes (arm before signal: a crash in between never strands the session) and again
+after a delivery landed (no lost wakeup: a worker may have parked in between). The work on
+the attached harness is done by the ``*_in`` functions of :mod:`bide.workflow`.
+
+HTTP routes they are meant for (wired by ``bide.service.http``):
+
+* ``POST /sessions/{id}/asks/{ask_id}/answer`` ``{option_id?, text?}`` -> :func:`answer`
+* ``POST /sessions/{id}/authorizations/{request_id}/complete`` ``{token}`` (the provider's
+  OAuth callback, after exchanging its code) -> :func:`complete_authorization`
+* ``POST /sessions/{id}/tasks/{task_id}/cancel`` -> :func:`cancel_background`
+* ``POST /sessions/{id}/end`` -> :func:`end_session`
+* ``GET /sessions/{id}/workflow`` -> :func:`view` (questions, sign-ins, the task index)
+* webhook requests keep using ``POST /hooks/{token}`` (stream keys: :mod:`bide.engine.delivery`)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.harness import Harness
+from ..engine.signals import SignalResult
+from ..workflow.background import cancel_background_in, end_session_in
+from ..workflow.host import complete_authorization_in, view_in
+from ..workflow.requests import answer_in
+from .deps import Deps
+
+
+async def _attach(deps: Deps, session_id: str) -> Harness:
+    harness = Harness(
+        deps.store,
+        session_id,
+        deps.app.task_kinds(),
+        clock=deps.clock,
+        ids=deps.ids,
+        services=deps.harness_services(),
+    )
+    await harness.attach()
+    return harness
+
+
+def _woken(deps: Deps, session_id: str, result: SignalResult, why: str) -> SignalResult:
+    if result is SignalResult.DELIVERED:
+        deps.queue.wake(session_id, why)
+    return result
+
+
+async def answer(
+    deps: Deps,
+    session_id: str,
+    ask_id: str,
+    option_id: str | None = None,
+    text: str | None = None,
+) -> SignalResult:
+    """Answer a question: ``delivered``, ``duplicate`` (answered before; the first answer
+    stands), ``closed`` (its run ended), ``invalid`` or ``not_found``. Never steers."""
+    deps.queue.wake(session_id, "answer")
+    harness = await _attach(deps, session_id)
+    result = answer_in(harness, ask_id, option_id=option_id, text=text)
+    return _woken(deps, session_id, result, "answer-stored")
+
+
+async def complete_authorization(
+    deps: Deps, session_id: str, request_id: str, token: str
+) -> SignalResult:
+    """:func:`~bide.workflow.complete_authorization_in` as a service (the port is
+    ``Deps.services``)."""
+    deps.queue.wake(session_id, "authorization")
+    harness = await _attach(deps, session_id)
+    result = await complete_authorization_in(harness, request_id, token)
+    return _woken(deps, session_id, result, "authorization-stored")
+
+
+async def cancel_background(deps: Deps, session_id: str, task_id: str) -> str:
+    """Cancel a background task: ``cancelled``, ``ended`` or ``not_found``."""
+    deps.queue.wake(session_id, "cancel-task")
+    harness = await _attach(deps, session_id)
+    result = await cancel_background_in(harness, task_id)
+    if result == "cancelled":
+        deps.queue.wake(session_id, "cancel-task-stored")
+    return result
+
+
+async def end_session(deps: Deps, session_id: str) -> list[str]:
+    """End the session's background work: every working background task is cancelled and no
+    new one starts. The ids cancelled."""
+    deps.queue.wake(session_id, "end")
+    harness = await _attach(deps, session_id)
+    cancelled = await end_session_in(harness)
+    deps.queue.wake(session_id, "end-stored")
+    return cancelled
+
+
+async def view(deps: Deps, session_id: str) -> dict[str, Any]:
+    """:func:`~bide.workflow.view_in` as a service."""
+    return view_in(await _attach(deps, session_id))

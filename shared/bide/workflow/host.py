@@ -1,0 +1,73 @@
+"""Host-side entry points on an attached (or open) :class:`~bide.Harness`: complete a
+sign-in, deliver a webhook request in-process, and the session's workflow view.
+
+Answering a question (:func:`~bide.workflow.answer_in`), cancelling a background task and
+ending a session (:func:`~bide.workflow.cancel_background_in`,
+:func:`~bide.workflow.end_session_in`) live beside what they change. The service functions
+that attach a harness for a request and wake the session's queue are in
+:mod:`bide.service.workflow`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.delivery import stream_key
+from ..engine.harness import Draft, Harness
+from ..engine.rules import decide_signal
+from ..engine.signals import SignalResult
+from ..tools.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token
+from .auth import providers_of, resolved
+from .background import background_tasks
+from .history import WEBHOOK
+from .requests import auth_key, complete_in, pending_asks, pending_authorizations
+
+
+async def complete_authorization_in(harness: Harness, request_id: str, token: str) -> SignalResult:
+    """The sign-in callback: store ``token`` in the provider port (never in the session) and
+    resume the run, whose interrupted step is retried."""
+    body = harness.get_doc(auth_key(request_id))
+    if body is None:
+        return SignalResult.NOT_FOUND
+    if body["status"] != "open":
+        return SignalResult.DUPLICATE if body["status"] == "completed" else SignalResult.CLOSED
+    port = providers_of(harness.services)
+    await resolved(port.store_token(harness.session_id, body["provider"], token))
+    return complete_in(harness, request_id)
+
+
+def view_in(harness: Harness) -> dict[str, Any]:
+    """What a UI shows beside the transcript: open questions, open sign-ins, the task index."""
+    return {
+        "asks": [a.model_dump(mode="json") for a in pending_asks(harness)],
+        "authorizations": [a.model_dump(mode="json") for a in pending_authorizations(harness)],
+        "tasks": [t.model_dump(mode="json") for t in background_tasks(harness)],
+    }
+
+
+def post_webhook(harness: Harness, url: str, body: Any) -> SignalResult:
+    """Deliver one request to a workflow webhook through an attached harness (tests,
+    examples and in-process hosts; the HTTP route does the same through
+    :func:`bide.service.signals.deliver_webhook`). Raises
+    :class:`~bide.tools.webhooks.WebhookRejected` for an unknown URL."""
+    token = url.rstrip("/").rsplit("/", 1)[-1]
+    session_id, secret = parse_token(token)
+    if session_id != harness.session_id:
+        raise WebhookRejected(404, "unknown webhook")
+    found = harness.get_doc(binding_key(secret))
+    if found is None:
+        raise WebhookRejected(404, "unknown webhook")
+    binding = WebhookBinding.model_validate(found)
+    if binding.signal != WEBHOOK.name:
+        raise WebhookRejected(404, "not a workflow webhook")
+
+    def deliver(d: Draft) -> SignalResult:
+        record = d.find(binding.task_id)
+        now = harness.clock.now()
+        key = stream_key(record, WEBHOOK.name, binding.key, now)
+        decision = decide_signal(record, WEBHOOK, key, body, now)
+        if decision.record is not None:
+            d.put(decision.record)
+        return decision.result
+
+    return harness._apply(deliver)

@@ -1,0 +1,94 @@
+"""The base of every durable operation, and what polling one says.
+
+An operation takes the next sequence number when the body creates it (so the order is the
+order of creation, whatever awaits later) and is performed by
+:meth:`WorkflowContext._perform <bide.workflow.context.WorkflowContext._perform>` when awaited:
+a recorded resolution is returned as recorded; otherwise a *wait* is polled (:class:`Ready`,
+:class:`Raise`, or :class:`Pending`: a park on keys, doorbells and a deadline) and an *action*
+(a step, a webhook, a message) runs once and is recorded. See :mod:`bide.workflow.history`
+for the record format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from ...engine.signals import SignalKey
+
+if TYPE_CHECKING:
+    from ..context import WorkflowContext
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Resolved: record ``value``, or what ``build(tx, record)`` returns inside the commit."""
+
+    value: Any = None
+    build: Callable[[Any, dict[str, Any]], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Raise:
+    """Resolved with an error: recorded, and raised on every replay."""
+
+    error: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Not yet: park on these signal keys, doorbells of these documents, and deadline."""
+
+    keys: tuple[SignalKey[Any], ...] = ()
+    bells: tuple[str, ...] = ()
+    until: float | None = None
+
+
+Outcome = Ready | Raise | Pending
+
+
+class Op(Generic[T]):
+    """A durable operation. Await it (once or again: a resolved one returns its recorded
+    value), or race it with :meth:`WorkflowContext.race`."""
+
+    kind: ClassVar[str] = "op"
+    waits: ClassVar[bool] = True
+
+    def __init__(self, ctx: WorkflowContext, name: str) -> None:
+        self._ctx = ctx
+        self.seq = ctx._next_seq()
+        self.name = name
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._ctx._perform(self).__await__()
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.name!r} #{self.seq}>"
+
+    def params(self) -> dict[str, Any]:
+        """Values fixed at the first evaluation and kept in the record (e.g. a deadline)."""
+        return {}
+
+    def record(self) -> dict[str, Any]:
+        """The operation's record, as first evaluated."""
+        return {"op": self.kind, "name": self.name, **self.params()}
+
+    def begin(self, tx: Any, record: dict[str, Any]) -> None:
+        """Side writes committed with the record of a wait (e.g. publishing a question)."""
+
+    async def poll(self, record: dict[str, Any]) -> Outcome:
+        """Whether the operation is resolved now."""
+        raise NotImplementedError
+
+    async def decode(self, stored: dict[str, Any]) -> T:
+        """The value a recorded resolution stands for (or the error it raises)."""
+        return stored.get("v")  # type: ignore[return-value]
+
+
+def describe(value: Any) -> str:
+    """A value as notification text."""
+    return value if isinstance(value, str) else json.dumps(value, default=str)

@@ -1,0 +1,76 @@
+"""Waits on time and on signals: ``ctx.sleep(...)`` and ``ctx.wait_for(token, key, timeout=)``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ...engine.signals import SignalExpired, SignalToken, SignalValue
+from ..errors import WaitTimeout, WorkflowError
+from .base import Op, Outcome, Pending, Raise, Ready
+
+if TYPE_CHECKING:
+    from ..context import WorkflowContext
+
+T = TypeVar("T")
+
+
+class SleepOp(Op[None]):
+    """``ctx.sleep(...)``: park until a time fixed at the first evaluation."""
+
+    kind = "sleep"
+
+    def __init__(self, ctx: WorkflowContext, name: str, seconds: float, until: float | None):
+        super().__init__(ctx, name)
+        self._seconds = seconds
+        self._until = until
+
+    def params(self) -> dict[str, Any]:
+        until = self._until if self._until is not None else self._ctx._rt.now() + self._seconds
+        return {"until": until}
+
+    async def poll(self, record: dict[str, Any]) -> Outcome:
+        if self._ctx._rt.now() >= record["until"]:
+            return Ready(None)
+        return Pending(until=record["until"])
+
+    async def decode(self, stored: dict[str, Any]) -> None:
+        return None
+
+
+class WaitForOp(Op[T]):
+    """``ctx.wait_for(token, key, timeout=)``: the signal value delivered to this run under
+    ``key``; with a timeout, :class:`WaitTimeout` when it does not come in time."""
+
+    kind = "wait_for"
+
+    def __init__(
+        self, ctx: WorkflowContext, token: SignalToken[T], key: str, timeout: float | None
+    ) -> None:
+        super().__init__(ctx, f"{token.name}/{key}")
+        token.key(key)  # validates the key now
+        self._token = token
+        self._key = key
+        self._timeout = timeout
+
+    def params(self) -> dict[str, Any]:
+        now = self._ctx._rt.now()
+        return {"until": None if self._timeout is None else now + self._timeout}
+
+    async def poll(self, record: dict[str, Any]) -> Outcome:
+        rt = self._ctx._rt
+        state = await rt.read_signal(self._token, self._key)
+        if isinstance(state, SignalValue):
+            return Ready(self._token.dump(state.value))
+        until = record.get("until")
+        if until is not None and rt.now() >= until:
+            return Raise({"type": "WaitTimeout", "message": f"no {self.name!r} in time"})
+        if isinstance(state, SignalExpired):
+            raise WorkflowError(
+                f"signal key {self.name!r} expired at an earlier deadline; wait on a new key"
+            )
+        return Pending(keys=(self._token.key(self._key),), until=until)
+
+    async def decode(self, stored: dict[str, Any]) -> T:
+        if "error" in stored:
+            raise WaitTimeout(stored["error"]["message"])
+        return self._token.validate(stored["v"])
