@@ -23,8 +23,8 @@ from typing import Any
 
 from ..engine.harness import Harness
 from ..engine.signals import SignalResult
-from ..workflow.background import cancel_background_in, end_session_in
 from ..workflow.host import complete_authorization_in, view_in
+from ..workflow.index import cancel_background_in, end_session_in
 from ..workflow.requests import answer_in
 from .deps import Deps
 

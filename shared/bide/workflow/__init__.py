@@ -25,7 +25,7 @@ thing. Designs 000 and 003 give the behaviour:
   exactly once, at admission, whatever the body does; the body runs on as a session-owned
   task listed in the task index; completion or failure arrives later as a notification;
   ``task_cancel`` (:func:`task_cancel_tool`, :func:`cancel_background_in`) and
-  :func:`end_session_in` cancel it (:mod:`bide.workflow.background`).
+  :func:`end_session_in` cancel it (:mod:`bide.workflow.background`, :mod:`bide.workflow.index`).
 * **ask** publishes an :class:`InputRequest` document (:func:`pending_asks`), answered once
   through :func:`answer_in`, withdrawn when the run ends; it never steers.
 * **Cancellation**: an abort of a parked run replays the body and raises :class:`Cancelled`
@@ -43,17 +43,7 @@ attached harness; :mod:`bide.service.workflow` wraps them as services (one reque
 
 from ..tools.define import ToolShape, WorkflowTool
 from .auth import AuthProviders, InMemoryAuthProviders
-from .background import (
-    BACKGROUND_TASK,
-    BackgroundTaskInfo,
-    background_tasks,
-    cancel_background_in,
-    end_session_in,
-    install,
-    setup_app,
-    task_cancel_tool,
-    workflow_kinds,
-)
+from .background import BACKGROUND_TASK, install, setup_app, workflow_kinds
 from .context import StepContext, TaskHandle, WorkflowContext
 from .define import define_background_tool, define_workflow_tool, result_of_value
 from .errors import (
@@ -67,6 +57,13 @@ from .errors import (
 )
 from .history import WAKE, WEBHOOK
 from .host import complete_authorization_in, post_webhook, view_in
+from .index import (
+    BackgroundTaskInfo,
+    background_tasks,
+    cancel_background_in,
+    end_session_in,
+    task_cancel_tool,
+)
 from .ops import Op, RetryPolicy, Webhook
 from .requests import (
     AskAnswer,

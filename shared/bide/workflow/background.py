@@ -14,9 +14,9 @@ that may park. ``task.post_message(text)`` submits the text to the parent conver
 follow-up attributed to the task (``source="task:<id>"``, request id from a delivery id, so a
 repeat is a duplicate). When the body returns or raises, the same commit ends the task,
 updates the index, withdraws its open requests and submits the completion or failure
-notification. ``task_cancel`` (a tool), :func:`cancel_background_in` and
-:func:`end_session_in` abort it: its body unwinds (``finally`` runs) and it ends
-``cancelled`` without waking the parent.
+notification. ``task_cancel`` (a tool), :func:`~bide.workflow.index.cancel_background_in` and
+:func:`~bide.workflow.index.end_session_in` abort it: its body unwinds (``finally`` runs)
+and it ends ``cancelled`` without waking the parent.
 
 A harness must know the kind: :func:`install` adds it to an agent's task kinds (and so to
 the app's), or list :func:`workflow_kinds` yourself.
@@ -29,33 +29,28 @@ import json
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
 from ..engine.errors import InvalidPark, InvocationEnded, UnknownTaskKind
 from ..engine.signals import SignalToken
 from ..engine.state import Aborted, Completed, Failed, Outcome, Running, Sleeping, Terminal, Waiting
-from ..engine.store.base import Store
 from ..engine.tasks import TaskDefinition, TaskView, define_task
 from ..tools.api import ToolExecutionApi
-from ..tools.define import WorkflowTool, define_tool
+from ..tools.define import WorkflowTool
 from ..tools.results import Sleep, ToolErrorCode, ToolResult, Wait
 from .context import Errored, Finished, Parked, RunHost, open_requests, run_body
 from .history import WEBHOOK
+from .index import ENDED_KEY, BackgroundTaskInfo, TaskStatus, index_key
 from .ops import describe
 from .requests import withdraw
 
 if TYPE_CHECKING:
-    from ..engine.harness import Draft, Harness
     from ..engine.runtime import Runtime
     from ..tools.registry import BackgroundStarter, ToolRegistry
 
 BACKGROUND_TASK = "bide.workflow.background"
-INDEX_PREFIX = "wf/task/"
-ENDED_KEY = "wf/session-ended"
-SESSION_ENDED = "session ended"
-TaskStatus = Literal["working", "completed", "failed", "cancelled"]
 
 
 class BackgroundInput(BaseModel):
@@ -66,28 +61,6 @@ class BackgroundInput(BaseModel):
     call_task: str | None = None
     call_id: str | None = None
     conversation: str | None = None
-
-
-class BackgroundTaskInfo(BaseModel):
-    """An entry of the session's task index (document ``wf/task/<id>``)."""
-
-    id: str
-    tool: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    call_task: str | None = None
-    call_id: str | None = None
-    conversation: str | None = None
-    status: TaskStatus = "working"
-    created_at: float = 0.0
-    ended_at: float | None = None
-    result: Any = None
-    error: str | None = None
-    messages: int = 0
-
-
-def index_key(task_id: str) -> str:
-    """The task index entry of a background task."""
-    return f"{INDEX_PREFIX}{task_id}"
 
 
 @dataclass
@@ -457,77 +430,3 @@ class BackgroundTask:
             self._host.post_message(tx, text, f"p{index}")
 
         await self._rt.write(write)
-
-
-# --- the index, cancelling, ending the session ----------------------------------------------
-
-
-def background_tasks(
-    source: Harness | Store, session_id: str | None = None
-) -> list[BackgroundTaskInfo]:
-    """The session's task index (oldest first), from a harness or from a store."""
-    from ..engine.harness import Harness
-
-    if isinstance(source, Harness):
-        docs = source.list_docs(INDEX_PREFIX)
-    else:
-        if session_id is None:
-            raise ValueError("a store needs the session id")
-        docs = source.list_docs(session_id, INDEX_PREFIX)
-    infos = [BackgroundTaskInfo.model_validate(d.body) for d in docs]
-    return sorted(infos, key=lambda i: (i.created_at, i.id))
-
-
-def _cancel(d: Draft, harness: Harness, task_id: str, reason: str) -> str:
-    info = d.get_doc(index_key(task_id))
-    if info is None:
-        return "not_found"
-    if info["status"] != "working":
-        return "ended"
-    return "cancelled" if harness.mark_abort(d, task_id, reason) else "ended"
-
-
-async def cancel_background_in(harness: Harness, task_id: str, reason: str = "cancelled") -> str:
-    """Cancel a background task of the session: ``cancelled`` (its body unwinds when the
-    session runs next), ``ended`` (it already ended) or ``not_found``."""
-    return harness._apply(lambda d: _cancel(d, harness, task_id, reason))
-
-
-async def end_session_in(harness: Harness) -> list[str]:
-    """The session ends: every working background task is cancelled (without waking the
-    parent) and no new one starts. The ids cancelled."""
-
-    def change(d: Draft) -> list[str]:
-        if d.get_doc(ENDED_KEY) is None:
-            d.put_doc(ENDED_KEY, {"at": harness.clock.now()})
-        found = [doc.body["id"] for doc in harness.list_docs(INDEX_PREFIX)]
-        return [t for t in found if _cancel(d, harness, t, SESSION_ENDED) == "cancelled"]
-
-    return harness._apply(change)
-
-
-class TaskCancelArgs(BaseModel):
-    """What the model passes to ``task_cancel``."""
-
-    task_id: str = Field(description="The task_id a background tool's receipt named")
-
-
-def task_cancel_tool(name: str = "task_cancel") -> Any:
-    """A tool the model calls to cancel one of the session's background tasks."""
-
-    async def execute(args: TaskCancelArgs, api: Any) -> ToolResult:
-        info = api.get_doc(index_key(args.task_id))
-        if info is None:
-            return ToolResult.of_text(f"no background task {args.task_id!r}", is_error=True)
-        if info["status"] != "working":
-            return ToolResult.of_text(f"task {args.task_id} already ended: {info['status']}")
-        await api.write(lambda tx: tx.abort(args.task_id, "cancelled by task_cancel"))
-        return ToolResult.of_text(f"task {args.task_id} cancelled")
-
-    return define_tool(
-        name,
-        "Cancel a background task started earlier in this session, by its task_id",
-        TaskCancelArgs,
-        execute,
-        replay="safe",
-    )

@@ -18,8 +18,8 @@ from ..engine.rules import decide_signal
 from ..engine.signals import SignalResult
 from ..tools.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token
 from .auth import providers_of, resolved
-from .background import background_tasks
 from .history import WEBHOOK
+from .index import background_tasks
 from .requests import auth_key, complete_in, pending_asks, pending_authorizations
 
 
