@@ -2,6 +2,10 @@
 
 Everything synthesizes with ``bide:skipBundling`` (no installs, no network) and nothing here
 talks to AWS: the stack is environment-agnostic and CDK never looks anything up.
+
+Long because: every test reads the one synthesized template (built once per module), and each
+resource's checks sit beside its grants and cdk-nag findings so a stack change is reviewed in
+one place.
 """
 
 from __future__ import annotations
