@@ -93,7 +93,11 @@ typecheck: venv
 
 # pytest exits 5 when it collects no test at all: say so, and fail (a suite that runs
 # nothing proves nothing).
-PYTEST = rc=0; $(BIN)/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
+# `make test` and `make proof` run pytest with AWS DynamoDB Local started for the run (unless
+# BIDE_DYNAMODB_LOCAL_ENDPOINT names one already) and fail on any skipped test: every test
+# here can run on a machine with python3, java and npm.
+PYTEST = rc=0; BIDE_FORBID_SKIPS=1 bash scripts/with_dynamodb_local.sh \
+	$(BIN)/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests: that is a failure" >&2; fi
 
 pytest: venv
@@ -114,13 +118,14 @@ test: venv
 # The proof suites of docs/reliability.md. They are ordinary pytest files, so `make test` runs
 # them too; this runs only them, with -s so each prints its figures (crash points, examples,
 # counters), and with the services' own log lines and EMF metrics turned down. The DynamoDB
-# Local races run when BIDE_DYNAMODB_LOCAL_ENDPOINT is set (as .ci/run sets it).
+# Local races run on an instance started for the run, as in `make test`.
 PROOF_TESTS := tests/test_example_sweep.py tests/test_tool_crashes.py \
 	tests/test_proof_aws_crashes.py tests/test_model_based.py tests/test_proof_races.py \
 	tests/test_proof_hostile_input.py
 
 proof: venv
 	@$(CLEAN_AWS_ENV) POWERTOOLS_LOG_LEVEL=WARNING POWERTOOLS_METRICS_DISABLED=true \
+	  BIDE_FORBID_SKIPS=1 bash scripts/with_dynamodb_local.sh \
 	  $(BIN)/python -m pytest -s -p no:cacheprovider $(PROOF_TESTS)
 
 # The Lambda runtime is Python 3.12: run the suite (less the slow sweeps and the CDK tests,

@@ -7,15 +7,18 @@
 #   scripts/dynamodb_local.sh stop         stop the instance started by `start`
 #   scripts/dynamodb_local.sh status       exit 0 if it is running
 #
-# Environment: DYNAMODB_LOCAL_TOOLS (default: <repo>/.tools),
+# Environment: DYNAMODB_LOCAL_TOOLS (where `make dynamodb-local` installed it, default
+#              <repo>/.tools), DYNAMODB_LOCAL_STATE (where its pid, port and log files go,
+#              default the tools folder; one instance per state folder),
 #              DYNAMODB_LOCAL_START_TIMEOUT (seconds, default 60), JAVA (default: java).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="${DYNAMODB_LOCAL_TOOLS:-$ROOT/.tools}"
-PID_FILE="$TOOLS/dynamodb_local.pid"
-PORT_FILE="$TOOLS/dynamodb_local.port"
-LOG_FILE="$TOOLS/dynamodb_local.log"
+STATE="${DYNAMODB_LOCAL_STATE:-$TOOLS}"
+PID_FILE="$STATE/dynamodb_local.pid"
+PORT_FILE="$STATE/dynamodb_local.port"
+LOG_FILE="$STATE/dynamodb_local.log"
 TIMEOUT="${DYNAMODB_LOCAL_START_TIMEOUT:-60}"
 JAVA="${JAVA:-java}"
 
@@ -61,7 +64,7 @@ cmd_start() {
 
   local dir
   dir="$(find_dir)"
-  mkdir -p "$TOOLS"
+  mkdir -p "$STATE"
   # -inMemory keeps nothing on disk; run from the jar's folder so nothing lands elsewhere.
   (
     cd "$dir"

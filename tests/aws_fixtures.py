@@ -249,7 +249,7 @@ def dynamodb_local_endpoint() -> str:
         pytest.skip(
             f"{LOCAL_ENDPOINT_VAR} is not set: start AWS DynamoDB Local "
             "(scripts/dynamodb_local.sh start PORT) and export its URL to run these tests; "
-            "CI always sets it"
+            "make test starts one for its run"
         )
     host = urllib.parse.urlsplit(endpoint).hostname or ""
     if host.endswith(("amazonaws.com", "amazonaws.com.cn", "api.aws")):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 # Tests only ever talk to moto or to services on 127.0.0.1.
 for _name, _value in {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -15,3 +17,23 @@ for _name, _value in {
     os.environ[_name] = _value
 os.environ.pop("AWS_ENDPOINT_URL", None)
 os.environ.pop("AWS_PROFILE", None)
+
+
+# `make test` sets BIDE_FORBID_SKIPS=1: every test can run on a machine with python3, java and
+# npm (make test starts what they need), so a skip there hides a test that did not run.
+FORBID_SKIPS = "BIDE_FORBID_SKIPS"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get(FORBID_SKIPS) != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if not skipped:
+        return
+    reasons = sorted({str(getattr(r, "longrepr", ""))[:200] for r in skipped})
+    print(f"\n{len(skipped)} test(s) skipped with {FORBID_SKIPS}=1; that is a failure:")
+    for reason in reasons:
+        print(f"  {reason}")
+    if session.exitstatus == 0:
+        session.exitstatus = 1
