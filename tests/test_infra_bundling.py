@@ -108,7 +108,7 @@ def test_function_bundle_layout(tmp_path):
     assert bundling.CopyBundler(copies, compile_bytecode=False).try_bundle(str(out)) is True
     assert (out / "handler.py").is_file()
     assert (out / "bide" / "__init__.py").is_file()
-    assert (out / "bide" / "aws" / "constants.py").is_file()
+    assert (out / "bide" / "constants.py").is_file()
     assert (out / "my_tools" / "tools.py").is_file()
     assert not list(out.rglob("__pycache__"))
     assert not list(out.rglob("*.pyc"))
