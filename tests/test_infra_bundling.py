@@ -204,7 +204,7 @@ def test_synthesis_bundles_functions_and_layer_without_docker(tmp_path, monkeypa
         code = asset_dir(fn, "Code")
         seen.add(code)
         assert f"NAME = {fn.node.id!r}" in (code / "handler.py").read_text()
-        assert (code / "bide" / "aws" / "constants.py").is_file()
+        assert (code / "bide" / "constants.py").is_file()
         assert (code / "examples" / "agent_app.py").is_file()
         assert not (code / "python").exists()  # dependencies live in the layer only
     assert len(seen) == 3
