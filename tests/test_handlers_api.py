@@ -262,21 +262,21 @@ def test_unknown_sessions_are_404(bench: Bench) -> None:
 
 def test_a_busy_store_is_503_and_a_crash_is_a_plain_500(bench: Bench, monkeypatch) -> None:
     from bide.engine.errors import StoreUnavailable
-    from bide.service import http as http_service
+    from bide.service import routes_api  # where the route looks view up
 
     sid = new_session(bench)
 
     async def busy(deps, session_id):
         raise StoreUnavailable("throttled 8 times")
 
-    monkeypatch.setattr(http_service, "view", busy)
+    monkeypatch.setattr(routes_api, "view", busy)
     response = run(handle_api(bench.deps, http_event("GET", f"/sessions/{sid}"), None))
     assert response["statusCode"] == 503 and response["headers"]["Retry-After"] == "1"
 
     async def broken(deps, session_id):
         raise ZeroDivisionError("bug")
 
-    monkeypatch.setattr(http_service, "view", broken)
+    monkeypatch.setattr(routes_api, "view", broken)
     status, body = call(bench, "GET", f"/sessions/{sid}")
     assert (status, body) == (500, {"error": "internal error"})
 

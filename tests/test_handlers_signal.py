@@ -35,6 +35,7 @@ __all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to f
 
 SIGNAL = REPLY.name
 JSON_TYPE = {"content-type": "application/json"}
+SIGNAL_ROUTE = "/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}"
 
 
 def post(b: Bench, event: dict) -> tuple[int, dict]:
@@ -184,6 +185,21 @@ def test_wrong_method_and_unknown_routes_are_4xx(bench: Bench) -> None:
     long_key = signal_event(sid, task_id, SIGNAL, "k" * 300, {"text": "x"})
     assert post(bench, long_key)[0] == 400
     assert bench.queued() == []
+
+
+def test_paths_as_api_gateway_hands_them_over(bench: Bench) -> None:
+    """API Gateway decodes the path before the function sees it: a key arrives as itself,
+    whatever its characters, and a trailing slash names the same route."""
+    sid, task_id = parked_napper(bench, [{"keys": ["k€y", 'say "hi"']}])
+    path = f"/sessions/{sid}/tasks/{task_id}/signals/{SIGNAL}"
+    assert post(bench, http_event("POST", f"{path}/k€y", body={"text": "x"}))[0] == 202
+    encoded = http_event("POST", f"{path}/say%20%22hi%22/", body={"text": "x"})
+    assert post(bench, encoded)[0] == 202
+    for method in ("PUT", "DELETE", "OPTIONS"):
+        status, body = post(bench, http_event(method, f"{path}/k€y"))
+        assert (status, body["error"]) == (405, f"use POST for {SIGNAL_ROUTE}")
+    bench.drain()
+    assert outcome(bench, sid, task_id).result["values"] == {"k€y": "x", 'say "hi"': "x"}
 
 
 # --- capability webhooks ----------------------------------------------------------------------

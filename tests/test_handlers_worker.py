@@ -30,9 +30,9 @@ from handler_fixtures import (  # noqa: E402
 from bide.aws.scheduler import at_expression, schedule_name  # noqa: E402
 from bide.aws.sqs import parse_wake  # noqa: E402
 from bide.engine.harness import Harness  # noqa: E402
-from bide.service import http as http_service  # noqa: E402
 from bide.service import observability as obs  # noqa: E402
 from bide.service import signals as signals_service  # noqa: E402
+from bide.service import worker_batch  # noqa: E402
 from bide.service.http import handle_api, handle_signal, handle_worker  # noqa: E402
 from bide.service.sessions import create_session, submit  # noqa: E402
 
@@ -169,7 +169,7 @@ def test_partial_batch_failure_reports_the_failed_record_and_every_later_one(
     good, _ = parked(bench, [{"keys": ["k"]}])
     bad, later = unique("s-bad"), unique("s")
     ran: list[str] = []
-    real = http_service.run_session
+    real = worker_batch.run_session
 
     async def flaky(deps, session_id, **kw):
         ran.append(session_id)
@@ -177,7 +177,7 @@ def test_partial_batch_failure_reports_the_failed_record_and_every_later_one(
             raise RuntimeError("DynamoDB is having a bad day")
         return await real(deps, session_id, **kw)
 
-    monkeypatch.setattr(http_service, "run_session", flaky)
+    monkeypatch.setattr(worker_batch, "run_session", flaky)
     records = [
         {"messageId": "m1", "body": json.dumps({"session_id": good, "reason": "signal"})},
         {"messageId": "m2", "body": "not json"},  # malformed: dropped, never retried

@@ -1,0 +1,238 @@
+"""The sessions API route group: ``/sessions`` routes (create, submit, read, stop, cancel and
+the workflow routes), validated by Powertools against the models of
+:mod:`bide.service.api_models`; their OpenAPI document is ``docs/openapi.json``.
+
+:func:`register` adds them to a resolver built by :mod:`bide.service.http`, which serves
+them from the API function (:func:`~bide.service.http.handle_api`).
+"""
+
+# No ``from __future__ import annotations`` here: Powertools reads the route functions'
+# annotations at runtime, and they name types imported inside register().
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel
+
+from ..agent.conversation import Submission
+from ..engine.errors import ConflictError, StoreUnavailable
+from . import observability as obs
+from . import workflow as workflow_service
+from .api_models import (
+    MAX_NAME,
+    SESSION_ID_PATTERN,
+    AnswerAsk,
+    Cancelled,
+    CompleteAuthorization,
+    CreateSession,
+    Delivery,
+    Ended,
+    ErrorBody,
+    FieldError,
+    SessionCreated,
+    SessionView,
+    Stopped,
+    SubmitInput,
+    ValidationErrorBody,
+    WorkflowView,
+)
+from .deps import Deps
+from .sessions import SessionNotFound, cancel_task, create_session, stop, submit, view
+from .transport import RETRY_AFTER, busy_error, require
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+    from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+
+#: The routes of this group (API Gateway route keys), each in the OpenAPI document.
+API_ROUTES: tuple[str, ...] = (
+    "POST /sessions",
+    "GET /sessions/{session_id}",
+    "POST /sessions/{session_id}/inputs",
+    "POST /sessions/{session_id}/stop",
+    "POST /sessions/{session_id}/tasks/{task_id}/cancel",
+    "GET /sessions/{session_id}/workflow",
+    "POST /sessions/{session_id}/asks/{ask_id}/answer",
+    "POST /sessions/{session_id}/authorizations/{request_id}/complete",
+    "POST /sessions/{session_id}/end",
+)
+
+
+def _responses(ok: tuple[int, str, type[BaseModel]], *errors: int) -> dict[int, "OpenAPIResponse"]:
+    """OpenAPI entries for a route's answer and the error answers it may give."""
+    from aws_lambda_powertools.event_handler.openapi.types import (
+        OpenAPIResponse,
+        OpenAPIResponseContentModel,
+    )
+
+    described = {
+        404: ("no such session (or task)", ErrorBody),
+        422: ("invalid request: each field and why", ValidationErrorBody),
+        503: ("the store is busy; try again", ErrorBody),
+    }
+    answers = {ok[0]: (ok[1], ok[2]), **{code: described[code] for code in errors}}
+    return {
+        code: OpenAPIResponse(
+            description=text,
+            content={"application/json": OpenAPIResponseContentModel(model=model)},
+        )
+        for code, (text, model) in answers.items()
+    }
+
+
+def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
+    """Add the sessions API's routes to ``app``, with the answers it gives for an unknown
+    session (404), invalid input (422, each field and why) and a busy store (503). With
+    ``deps=None`` the routes are there for the OpenAPI document and refuse to run."""
+    from aws_lambda_powertools.event_handler import Response
+    from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+    from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+
+    SessionId = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="a session id")]
+    TaskId = Annotated[str, Path(min_length=1, max_length=MAX_NAME, description="a task id")]
+    AskId = Annotated[str, Path(min_length=1, max_length=MAX_NAME, description="an ask id")]
+
+    def existing(session_id: str) -> Deps:
+        # Commands wake the session before they write: refuse an unknown session before
+        # that, so a 404 queues no worker run (one read of the session head).
+        current = require(deps)
+        if current.store.head(session_id) == 0:
+            raise SessionNotFound(f"no session {session_id!r}")
+        return current
+
+    def model_response(status: int, model: BaseModel) -> Response[Any]:
+        return Response(status, "application/json", model.model_dump_json())
+
+    @app.post(
+        "/sessions",
+        summary="Create a session",
+        description="Creates a session with its main conversation; idempotent by id.",
+        responses=_responses((201, "created", SessionCreated), 422, 503),
+    )
+    async def create(body: Annotated[CreateSession | None, Body()] = None) -> Response[Any]:
+        session_id = await create_session(require(deps), body.session_id if body else None)
+        return model_response(201, SessionCreated(session_id=session_id))
+
+    @app.post(
+        "/sessions/<session_id>/inputs",
+        summary="Submit input",
+        description="Submits user input to the session's main conversation and wakes the "
+        "session. Idempotent by request_id: a repeat returns the first submission.",
+        responses=_responses((202, "accepted", Submission), 404, 422, 503),
+    )
+    async def submit_input(session_id: SessionId, body: SubmitInput) -> Response[Any]:
+        with obs.correlated(session_id=session_id):
+            submission = await submit(
+                existing(session_id),
+                session_id,
+                body.content,
+                request_id=body.request_id,
+                when_busy=body.when_busy,
+            )
+        return model_response(202, submission)
+
+    @app.get(
+        "/sessions/<session_id>",
+        summary="Read a session",
+        description="The live task graph (status, until, keys, policy), live tool calls, the "
+        "transcript and the submissions.",
+        responses=_responses((200, "the session", SessionView), 404, 422, 503),
+    )
+    async def read(session_id: SessionId) -> Response[Any]:
+        found = await view(require(deps), session_id)
+        return model_response(200, SessionView.model_validate(found))
+
+    @app.post(
+        "/sessions/<session_id>/stop",
+        summary="Stop the running generation",
+        description="Aborts the running generation with its tool calls and subagents.",
+        responses=_responses((202, "stopping", Stopped), 404, 422, 503),
+    )
+    async def stop_session(session_id: SessionId) -> Response[Any]:
+        with obs.correlated(session_id=session_id):
+            stopped = await stop(existing(session_id), session_id)
+        return model_response(202, Stopped(stopped=stopped))
+
+    @app.post(
+        "/sessions/<session_id>/tasks/<task_id>/cancel",
+        summary="Cancel a task",
+        description="Aborts one live task and the work it owns.",
+        responses=_responses((202, "cancelling", Cancelled), 404, 422, 503),
+    )
+    async def cancel(session_id: SessionId, task_id: TaskId) -> Response[Any]:
+        current = existing(session_id)
+        with obs.correlated(session_id=session_id, task_id=task_id):
+            if current.store.get_task(session_id, task_id) is None:
+                raise SessionNotFound(f"no task {task_id!r} in session {session_id!r}")
+            cancelled = await cancel_task(current, session_id, task_id)
+        return model_response(202, Cancelled(cancelled=cancelled))
+
+    @app.get(
+        "/sessions/<session_id>/workflow",
+        summary="Read open questions, sign-ins and background tasks",
+        description="What a UI shows beside the transcript for workflow tools.",
+        responses=_responses((200, "the workflow view", WorkflowView), 404, 422, 503),
+    )
+    async def workflow(session_id: SessionId) -> Response[Any]:
+        found = await workflow_service.view(existing(session_id), session_id)
+        return model_response(200, WorkflowView.model_validate(found))
+
+    @app.post(
+        "/sessions/<session_id>/asks/<ask_id>/answer",
+        summary="Answer a workflow's question",
+        description="Answered once: a later answer gets duplicate. An answer never steers "
+        "the conversation.",
+        responses=_responses((200, "what became of the answer", Delivery), 404, 422, 503),
+    )
+    async def answer_ask(session_id: SessionId, ask_id: AskId, body: AnswerAsk) -> Response[Any]:
+        with obs.correlated(session_id=session_id):
+            result = await workflow_service.answer(
+                existing(session_id), session_id, ask_id, body.option_id, body.text
+            )
+        return model_response(200, Delivery(result=str(result)))
+
+    @app.post(
+        "/sessions/<session_id>/authorizations/<request_id>/complete",
+        summary="Complete a sign-in",
+        description="The provider callback: the interrupted step is retried with the token.",
+        responses=_responses((200, "what became of the callback", Delivery), 404, 422, 503),
+    )
+    async def complete(
+        session_id: SessionId, request_id: AskId, body: CompleteAuthorization
+    ) -> Response[Any]:
+        with obs.correlated(session_id=session_id):
+            result = await workflow_service.complete_authorization(
+                existing(session_id), session_id, request_id, body.token
+            )
+        return model_response(200, Delivery(result=str(result)))
+
+    @app.post(
+        "/sessions/<session_id>/end",
+        summary="End the session's background work",
+        description="Cancels every working background task of the session.",
+        responses=_responses((202, "ending", Ended), 404, 422, 503),
+    )
+    async def end(session_id: SessionId) -> Response[Any]:
+        with obs.correlated(session_id=session_id):
+            cancelled = await workflow_service.end_session(existing(session_id), session_id)
+        return model_response(202, Ended(cancelled=cancelled))
+
+    def not_found(exc: SessionNotFound) -> Response[Any]:
+        return model_response(404, ErrorBody(error=str(exc)))
+
+    def invalid(exc: RequestValidationError) -> Response[Any]:
+        # Powertools' own answer names the field but not why; say both (never the input).
+        detail = [
+            FieldError(loc=list(e["loc"]), msg=str(e.get("msg", "")), type=str(e["type"]))
+            for e in exc.errors()
+        ]
+        return model_response(422, ValidationErrorBody(detail=detail))
+
+    def busy(exc: Exception) -> Response[Any]:
+        obs.logger.warning("sessions API: the store is busy", extra={"error": str(exc)})
+        body = ErrorBody(error=busy_error(exc)).model_dump_json()
+        return Response(503, "application/json", body, headers=dict(RETRY_AFTER))
+
+    # Registered by call, not as decorators: Powertools' decorator is untyped.
+    app.exception_handler(SessionNotFound)(not_found)
+    app.exception_handler(RequestValidationError)(invalid)
+    app.exception_handler([StoreUnavailable, ConflictError])(busy)

@@ -1,0 +1,139 @@
+"""The signal route group: signals delivered by task id and capability webhooks.
+
+* ``POST /hooks/{token}``: a capability webhook (signature, size, type and JSON checked by
+  :func:`~bide.service.signals.deliver_webhook`);
+* ``POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}``: a JSON body
+  delivered by task id (the route is IAM-authorised in the stack).
+
+:func:`register` adds them to a resolver built by :mod:`bide.service.http`, which serves
+them from the signal function (:func:`~bide.service.http.handle_signal`). They are not in the
+sessions API's OpenAPI document.
+"""
+
+# No ``from __future__ import annotations`` here: Powertools reads the route functions'
+# annotations at runtime, and they name types imported inside register().
+
+import re
+import urllib.parse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..engine.errors import ConflictError, DefinitionError, StoreUnavailable
+from ..engine.rules import SignalDecision
+from . import observability as obs
+from .api_models import MAX_NAME, SESSION_ID_PATTERN
+from .deps import Deps
+from .signals import STATUS_OF, deliver, deliver_webhook, parse_json_body
+from .transport import RETRY_AFTER, busy_error, json_text, request_body, require
+from .webhooks import WebhookRejected, parse_token
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+
+#: The routes of this group (API Gateway route keys), by the name their metrics carry.
+SIGNAL_ROUTES: dict[str, str] = {
+    "hook": "POST /hooks/{token}",
+    "signal": "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}",
+}
+
+# Every method API Gateway knows. A signal path asked for with another method than its own
+# is answered 405 saying which, not 404 as if the path did not exist.
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _rule(route_key: str) -> str:
+    """The Powertools rule of an API Gateway route key (``POST /hooks/{token}`` ->
+    ``/hooks/<token>``)."""
+    return re.sub(r"\{(\w+)\}", r"<\1>", route_key.split(" ", 1)[1])
+
+
+def _decoded(value: str) -> str:
+    # Parameters come as they appear in the raw path: percent-encoded from the local server,
+    # already decoded by API Gateway (and decoded again, as these routes always were).
+    return urllib.parse.unquote(value)
+
+
+def _check_path(session_id: str, names: dict[str, str]) -> None:
+    if not re.fullmatch(SESSION_ID_PATTERN, session_id):
+        raise WebhookRejected(404, f"no session {session_id[:MAX_NAME]!r}")
+    for name, value in names.items():
+        if not 0 < len(value) <= MAX_NAME:
+            raise WebhookRejected(400, f"{name} must be 1 to {MAX_NAME} characters")
+
+
+def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
+    """Add the signal routes to ``app``. Each answers ``{"result": ..., "errors": [...]}``
+    with the result's status (202 delivered, 200 duplicate, 422 invalid, 410 closed,
+    404 not_found); a refused request gets ``{"error": why}`` and its 4xx (405 for another
+    method than the route's), a busy store a 503; nothing is stored for either."""
+    from aws_lambda_powertools.event_handler import Response
+
+    def answer(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[Any]:
+        return Response(status, "application/json", json_text(body), headers=headers)
+
+    def request() -> tuple[bytes, dict[str, str]]:
+        # The raw event, not Powertools' view of it: a webhook's signature covers the bytes
+        # sent, which need not be UTF-8.
+        event = app.current_event.raw_event
+        headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+        return request_body(event), headers
+
+    def delivered(
+        route: str, decision: SignalDecision, session_id: str, task_id: str
+    ) -> Response[Any]:
+        result = decision.result.value
+        with obs.correlated(session_id=session_id, task_id=task_id):
+            obs.logger.info("signal", extra={"route": route, "result": result})
+        obs.count(obs.SIGNAL_RESULTS, result=result, route=route)
+        return answer(
+            STATUS_OF[decision.result], {"result": result, "errors": list(decision.errors)}
+        )
+
+    @app.post(_rule(SIGNAL_ROUTES["hook"]), include_in_schema=False)
+    def hook(token: str) -> Response[Any]:
+        current, token = require(deps), _decoded(token)
+        body, headers = request()
+        # A token names its session: one no session can have is refused before any read.
+        if not re.fullmatch(SESSION_ID_PATTERN, parse_token(token)[0]):
+            raise WebhookRejected(404, "unknown webhook")
+        decision, binding = deliver_webhook(current, token, headers, body)
+        return delivered("hook", decision, binding.session_id, binding.task_id)
+
+    @app.post(_rule(SIGNAL_ROUTES["signal"]), include_in_schema=False)
+    def by_task_id(session_id: str, task_id: str, signal: str, key: str) -> Response[Any]:
+        current = require(deps)
+        session_id, task_id = _decoded(session_id), _decoded(task_id)
+        signal, key = _decoded(signal), _decoded(key)
+        body, headers = request()
+        _check_path(session_id, {"task_id": task_id, "signal": signal, "key": key})
+        value = parse_json_body(body, headers.get("content-type"))
+        try:
+            decision = deliver(current, session_id, task_id, signal, key, value)
+        except DefinitionError as exc:
+            raise WebhookRejected(404, str(exc)) from None
+        return delivered("signal", decision, session_id, task_id)
+
+    def wrong_method(method: str, template: str) -> Callable[[], Response[Any]]:
+        # Declares no parameters: Powertools would take a defaulted one for a query parameter.
+        def refuse() -> Response[Any]:
+            raise WebhookRejected(405, f"use {method} for {template}")
+
+        return refuse
+
+    for route_key in SIGNAL_ROUTES.values():
+        method, template = route_key.split(" ", 1)
+        others = [m for m in _METHODS if m != method]
+        app.route(_rule(route_key), method=others, include_in_schema=False)(
+            wrong_method(method, template)
+        )
+
+    def refused(exc: WebhookRejected) -> Response[Any]:
+        return answer(exc.status, {"error": exc.message})
+
+    def busy(exc: Exception) -> Response[Any]:
+        obs.logger.warning("signal not delivered: the store is busy", extra={"error": str(exc)})
+        return answer(503, {"error": busy_error(exc)}, dict(RETRY_AFTER))
+
+    # Registered by call, not as decorators: Powertools' decorator is untyped.
+    app.exception_handler(WebhookRejected)(refused)
+    app.exception_handler([StoreUnavailable, ConflictError])(busy)
