@@ -6,7 +6,7 @@ Nothing here can reach a real AWS endpoint: clients carry fake credentials and e
 inside moto's ``mock_aws`` (with every endpoint override removed, since an override makes moto
 stop intercepting) or point at an explicit loopback endpoint.
 
-Import fixtures explicitly (``from aws_fixtures import moto_bench``): ``tests/conftest.py`` is
+Import fixtures explicitly (``from aws_fixtures import aws_bench``): ``tests/conftest.py`` is
 owned elsewhere.
 """
 
@@ -225,7 +225,7 @@ def fake_aws_environment() -> Iterator[None]:
         yield
 
 
-@pytest.fixture(scope="module")
+@contextlib.contextmanager
 def moto_bench() -> Iterator[AwsBench]:
     """A moto account (``mock_aws``) with a bide table and a bucket. DynamoDB clients are
     serialized with one shared lock (see :class:`LockedClient`)."""
@@ -257,10 +257,11 @@ def dynamodb_local_endpoint() -> str:
     return endpoint
 
 
-@pytest.fixture(scope="module")
+@contextlib.contextmanager
 def local_bench() -> Iterator[AwsBench]:
-    """A table on AWS DynamoDB Local and a bucket on a moto S3 server on 127.0.0.1 (port 0),
-    shared by a module's tests (each test uses its own session ids)."""
+    """A table on AWS DynamoDB Local and a bucket on a moto S3 server on 127.0.0.1 (port 0).
+    Skips with the reason when ``$BIDE_DYNAMODB_LOCAL_ENDPOINT`` is unset (see
+    :func:`dynamodb_local_endpoint`)."""
     endpoint = dynamodb_local_endpoint()
     from moto.server import ThreadedMotoServer
 
@@ -280,6 +281,20 @@ def local_bench() -> Iterator[AwsBench]:
             ddb.delete_table(TableName=table)
     finally:
         s3_server.stop()
+
+
+BENCHES = {"moto": moto_bench, "dynamodb_local": local_bench}
+"""The DynamoDB implementations the store is tested on, by test id. The id ``dynamodb_local``
+is what ``make test-py312`` deselects (``-k "not dynamodb_local"``)."""
+
+
+@pytest.fixture(scope="module", params=list(BENCHES))
+def aws_bench(request: pytest.FixtureRequest) -> Iterator[AwsBench]:
+    """One bench per DynamoDB implementation, shared by a module's tests (each test uses its
+    own session ids). Module-scoped, so pytest runs every test on one bench, tears it down, then
+    runs them on the next: moto's ``mock_aws`` is never active while DynamoDB Local runs."""
+    with BENCHES[request.param]() as bench:
+        yield bench
 
 
 # --- DynamoDB-specific checks -----------------------------------------------------------------

@@ -206,33 +206,36 @@ def test_memos_are_first_writer_wins_and_durable():
     run(go())
 
 
-def test_phase_without_durable_progress_is_faulted():
-    async def idle(task, rt):
-        await rt.memo("touched", True)  # memos are not progress
+async def _touch_a_memo(task, rt):
+    await rt.memo("touched", True)  # memos are not progress
 
+
+async def _raise(task, rt):
+    raise RuntimeError("kaput")
+
+
+async def _only_yield(task, rt):
+    await rt.commit(Pending(checkpoint="go"))  # back to this very phase
+
+
+@pytest.mark.parametrize(
+    ("phase", "error"),
+    [
+        (_touch_a_memo, "without durable progress"),
+        (_raise, "RuntimeError: kaput"),
+        (_only_yield, "without progress"),  # faulted instead of spinning
+    ],
+    ids=["memo-only", "uncaught-error", "only-yields"],
+)
+def test_a_phase_without_progress_or_with_an_uncaught_error_faults_the_task(phase, error: str):
     async def go():
-        kind = define_task("test.idle", 1, lambda _: "go", {"go": idle})
-        k = Kit(kind)
-        await k.h.open()
-        t = await k.h.create_task(kind)
-        await k.h.run_until_parked()
-        assert "without durable progress" in k.h.outcome(t).error
-
-    run(go())
-
-
-def test_uncaught_error_faults_the_task():
-    async def boom(task, rt):
-        raise RuntimeError("kaput")
-
-    async def go():
-        kind = define_task("test.boom", 1, lambda _: "go", {"go": boom})
+        kind = define_task("test.faulty", 1, lambda _: "go", {"go": phase})
         k = Kit(kind)
         await k.h.open()
         t = await k.h.create_task(kind)
         await k.h.run_until_parked()
         assert k.h.outcome(t).status == "faulted"
-        assert "RuntimeError: kaput" in k.h.outcome(t).error
+        assert error in k.h.outcome(t).error
 
     run(go())
 
@@ -342,21 +345,6 @@ def test_seven_days_of_history_do_not_slow_loading():
         snapshot = k.store.load("s1")
         assert snapshot.tasks == {}
         assert k.store.get_task("s1", t).status == "terminal"
-
-    run(go())
-
-
-def test_a_phase_that_only_yields_is_faulted_instead_of_spinning():
-    async def spin(task, rt):
-        await rt.commit(Pending(checkpoint="a"))
-
-    async def go():
-        kind = define_task("test.spin", 1, lambda _: "a", {"a": spin})
-        k = Kit(kind)
-        await k.h.open()
-        t = await k.h.create_task(kind)
-        await k.h.run_until_parked()
-        assert "without progress" in k.h.outcome(t).error
 
     run(go())
 

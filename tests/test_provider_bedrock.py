@@ -127,6 +127,16 @@ def tools_config(*tools: ToolSpec) -> dict[str, Any]:
     }
 
 
+def tool_use(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A toolUse content block as Converse carries it (in answers and in the history)."""
+    return {"toolUse": {"toolUseId": call_id, "name": name, "input": arguments}}
+
+
+def tool_result(call_id: str, text: str, status: str = "success") -> dict[str, Any]:
+    """A toolResult content block as the adapter sends it."""
+    return {"toolResult": {"toolUseId": call_id, "content": [{"text": text}], "status": status}}
+
+
 # -- answers -------------------------------------------------------------------------------
 
 
@@ -154,13 +164,11 @@ def test_single_tool_use_with_tool_config_from_a_pydantic_schema(stubbed: Stubbe
         converse_response(
             [
                 {"text": "Let me look that up."},
-                {
-                    "toolUse": {
-                        "toolUseId": "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q",
-                        "name": "get_weather",
-                        "input": {"city": "Oslo", "unit": "celsius"},
-                    }
-                },
+                tool_use(
+                    "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q",
+                    "get_weather",
+                    {"city": "Oslo", "unit": "celsius"},
+                ),
             ],
             stop_reason="tool_use",
         ),
@@ -199,20 +207,8 @@ def test_multiple_tool_calls_in_one_answer(stubbed: Stubbed) -> None:
         "converse",
         converse_response(
             [
-                {
-                    "toolUse": {
-                        "toolUseId": "tooluse_1",
-                        "name": "get_weather",
-                        "input": {"city": "Oslo"},
-                    }
-                },
-                {
-                    "toolUse": {
-                        "toolUseId": "tooluse_2",
-                        "name": "get_time",
-                        "input": {"city": "Lima"},
-                    }
-                },
+                tool_use("tooluse_1", "get_weather", {"city": "Oslo"}),
+                tool_use("tooluse_2", "get_time", {"city": "Lima"}),
             ],
             stop_reason="tool_use",
         ),
@@ -233,176 +229,126 @@ def test_multiple_tool_calls_in_one_answer(stubbed: Stubbed) -> None:
     ]
 
 
-def test_tool_results_go_back_as_one_user_turn(stubbed: Stubbed) -> None:
-    request = ModelRequest(
-        system="You are terse.",
-        messages=(
-            UserMessage(text="Oslo weather, Lima time"),
-            AssistantMessage(
-                text="Checking both.",
-                tool_calls=(
-                    ToolCallRequest(id="tooluse_1", name="get_weather", arguments={"city": "Oslo"}),
-                    ToolCallRequest(id="tooluse_2", name="get_time", arguments={"city": "Lima"}),
+@pytest.mark.parametrize(
+    ("history", "expected", "answer"),
+    [
+        pytest.param(
+            ModelRequest(
+                system="You are terse.",
+                messages=(
+                    UserMessage(text="Oslo weather, Lima time"),
+                    AssistantMessage(
+                        text="Checking both.",
+                        tool_calls=(
+                            ToolCallRequest(
+                                id="tooluse_1", name="get_weather", arguments={"city": "Oslo"}
+                            ),
+                            ToolCallRequest(
+                                id="tooluse_2", name="get_time", arguments={"city": "Lima"}
+                            ),
+                        ),
+                    ),
+                    ToolResultMessage(call_id="tooluse_1", text="4°C, light snow"),
+                    ToolResultMessage(
+                        call_id="tooluse_2", text="clock service down", is_error=True
+                    ),
                 ),
+                tools=(WEATHER, TIME),
+                max_tokens=512,
             ),
-            ToolResultMessage(call_id="tooluse_1", text="4°C, light snow"),
-            ToolResultMessage(call_id="tooluse_2", text="clock service down", is_error=True),
+            {
+                "modelId": MODEL,
+                "system": [{"text": "You are terse."}],
+                "inferenceConfig": {"maxTokens": 512},
+                "toolConfig": tools_config(WEATHER, TIME),
+                "messages": [
+                    {"role": "user", "content": [{"text": "Oslo weather, Lima time"}]},
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {"text": "Checking both."},
+                            tool_use("tooluse_1", "get_weather", {"city": "Oslo"}),
+                            tool_use("tooluse_2", "get_time", {"city": "Lima"}),
+                        ],
+                    },
+                    {
+                        "role": "user",
+                        "content": [
+                            tool_result("tooluse_1", "4°C, light snow"),
+                            tool_result("tooluse_2", "clock service down", "error"),
+                        ],
+                    },
+                ],
+            },
+            "Oslo: 4°C, light snow. Lima time unavailable.",
+            id="tool-results-go-back-as-one-user-turn",
         ),
-        tools=(WEATHER, TIME),
-        max_tokens=512,
-    )
-    expected = {
-        "modelId": MODEL,
-        "system": [{"text": "You are terse."}],
-        "inferenceConfig": {"maxTokens": 512},
-        "toolConfig": tools_config(WEATHER, TIME),
-        "messages": [
-            {"role": "user", "content": [{"text": "Oslo weather, Lima time"}]},
+        pytest.param(
+            ModelRequest(
+                messages=(
+                    UserMessage(text="First."),
+                    UserMessage(text="Second."),
+                    AssistantMessage(
+                        tool_calls=(ToolCallRequest(id="t1", name="get_weather", arguments={}),)
+                    ),
+                    ToolResultMessage(call_id="t1", text="sunny"),
+                    UserMessage(text="Also: thanks."),
+                ),
+                tools=(WEATHER,),
+            ),
             {
-                "role": "assistant",
-                "content": [
-                    {"text": "Checking both."},
+                "modelId": MODEL,
+                "toolConfig": tools_config(WEATHER),
+                "messages": [
+                    {"role": "user", "content": [{"text": "First."}, {"text": "Second."}]},
+                    {"role": "assistant", "content": [tool_use("t1", "get_weather", {})]},
                     {
-                        "toolUse": {
-                            "toolUseId": "tooluse_1",
-                            "name": "get_weather",
-                            "input": {"city": "Oslo"},
-                        }
-                    },
-                    {
-                        "toolUse": {
-                            "toolUseId": "tooluse_2",
-                            "name": "get_time",
-                            "input": {"city": "Lima"},
-                        }
+                        "role": "user",
+                        "content": [tool_result("t1", "sunny"), {"text": "Also: thanks."}],
                     },
                 ],
             },
+            "You're welcome.",
+            id="adjacent-messages-of-one-role-merge-into-one-turn",
+        ),
+        # Converse refuses blank text blocks, and a refused history would be refused forever.
+        pytest.param(
+            ModelRequest(
+                system="   ",
+                messages=(
+                    UserMessage(text="Run it"),
+                    AssistantMessage(
+                        text=" ",
+                        tool_calls=(ToolCallRequest(id="t1", name="get_weather", arguments={}),),
+                    ),
+                    ToolResultMessage(call_id="t1", text=""),
+                ),
+                tools=(WEATHER,),
+            ),
             {
-                "role": "user",
-                "content": [
-                    {
-                        "toolResult": {
-                            "toolUseId": "tooluse_1",
-                            "content": [{"text": "4°C, light snow"}],
-                            "status": "success",
-                        }
-                    },
-                    {
-                        "toolResult": {
-                            "toolUseId": "tooluse_2",
-                            "content": [{"text": "clock service down"}],
-                            "status": "error",
-                        }
-                    },
+                "modelId": MODEL,
+                "toolConfig": tools_config(WEATHER),
+                "messages": [
+                    {"role": "user", "content": [{"text": "Run it"}]},
+                    {"role": "assistant", "content": [tool_use("t1", "get_weather", {})]},
+                    {"role": "user", "content": [tool_result("t1", BLANK_TEXT)]},
                 ],
             },
-        ],
-    }
-    stubbed.stubber.add_response(
-        "converse",
-        converse_response([{"text": "Oslo: 4°C, light snow. Lima time unavailable."}]),
-        expected,
-    )
+            "Done.",
+            id="blank-texts-never-reach-converse",
+        ),
+    ],
+)
+def test_history_maps_to_converse_turns(
+    stubbed: Stubbed, history: ModelRequest, expected: dict[str, Any], answer: str
+) -> None:
+    # The Stubber compares the whole request with ``expected``: no key more, none less.
+    stubbed.stubber.add_response("converse", converse_response([{"text": answer}]), expected)
 
-    response = complete(stubbed.provider(), request)
+    response = complete(stubbed.provider(), history)
 
-    assert response.text == "Oslo: 4°C, light snow. Lima time unavailable."
+    assert response.text == answer
     assert response.tool_calls == ()
-
-
-def test_adjacent_messages_of_one_role_merge_into_one_turn(stubbed: Stubbed) -> None:
-    request = ModelRequest(
-        messages=(
-            UserMessage(text="First."),
-            UserMessage(text="Second."),
-            AssistantMessage(
-                tool_calls=(ToolCallRequest(id="t1", name="get_weather", arguments={}),)
-            ),
-            ToolResultMessage(call_id="t1", text="sunny"),
-            UserMessage(text="Also: thanks."),
-        ),
-        tools=(WEATHER,),
-    )
-    stubbed.stubber.add_response(
-        "converse",
-        converse_response([{"text": "You're welcome."}]),
-        {
-            "modelId": MODEL,
-            "toolConfig": tools_config(WEATHER),
-            "messages": [
-                {"role": "user", "content": [{"text": "First."}, {"text": "Second."}]},
-                {
-                    "role": "assistant",
-                    "content": [
-                        {"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": {}}}
-                    ],
-                },
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "toolResult": {
-                                "toolUseId": "t1",
-                                "content": [{"text": "sunny"}],
-                                "status": "success",
-                            }
-                        },
-                        {"text": "Also: thanks."},
-                    ],
-                },
-            ],
-        },
-    )
-
-    complete(stubbed.provider(), request)
-
-
-def test_blank_texts_never_reach_converse(stubbed: Stubbed) -> None:
-    # Converse refuses blank text blocks, and a refused history would be refused forever.
-    request = ModelRequest(
-        system="   ",
-        messages=(
-            UserMessage(text="Run it"),
-            AssistantMessage(
-                text=" ",
-                tool_calls=(ToolCallRequest(id="t1", name="get_weather", arguments={}),),
-            ),
-            ToolResultMessage(call_id="t1", text=""),
-        ),
-        tools=(WEATHER,),
-    )
-    stubbed.stubber.add_response(
-        "converse",
-        converse_response([{"text": "Done."}]),
-        {
-            "modelId": MODEL,
-            "toolConfig": tools_config(WEATHER),
-            "messages": [
-                {"role": "user", "content": [{"text": "Run it"}]},
-                {
-                    "role": "assistant",
-                    "content": [
-                        {"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": {}}}
-                    ],
-                },
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "toolResult": {
-                                "toolUseId": "t1",
-                                "content": [{"text": BLANK_TEXT}],
-                                "status": "success",
-                            }
-                        }
-                    ],
-                },
-            ],
-        },
-    )
-
-    complete(stubbed.provider(), request)
 
 
 def test_tool_history_without_tools_still_declares_a_tool_config(stubbed: Stubbed) -> None:
@@ -447,28 +393,19 @@ def test_system_prompt_maps_to_a_system_block(stubbed: Stubbed) -> None:
 
 def test_inference_config_carries_max_tokens(stubbed: Stubbed) -> None:
     provider = stubbed.provider(inference_config={"temperature": 0.2, "maxTokens": 4096})
-    stubbed.stubber.add_response(
-        "converse",
-        converse_response([{"text": "ok"}]),
-        {
-            "modelId": MODEL,
-            "messages": [{"role": "user", "content": [{"text": "Hi"}]}],
-            # The request's max_tokens wins over the provider's default.
-            "inferenceConfig": {"temperature": 0.2, "maxTokens": 64},
-        },
-    )
-    stubbed.stubber.add_response(
-        "converse",
-        converse_response([{"text": "ok"}]),
-        {
-            "modelId": MODEL,
-            "messages": [{"role": "user", "content": [{"text": "Hi"}]}],
-            "inferenceConfig": {"temperature": 0.2, "maxTokens": 4096},
-        },
-    )
+    # The request's max_tokens wins over the provider's default, and only for that request.
+    for max_tokens, sent in ((64, 64), (None, 4096)):
+        stubbed.stubber.add_response(
+            "converse",
+            converse_response([{"text": "ok"}]),
+            {
+                "modelId": MODEL,
+                "messages": [{"role": "user", "content": [{"text": "Hi"}]}],
+                "inferenceConfig": {"temperature": 0.2, "maxTokens": sent},
+            },
+        )
 
-    complete(provider, ask("Hi", max_tokens=64))
-    complete(provider, ask("Hi"))
+        complete(provider, ask("Hi", max_tokens=max_tokens))
 
 
 def test_max_tokens_stop_reason(stubbed: Stubbed) -> None:
@@ -539,55 +476,43 @@ def test_other_content_blocks_are_dropped(stubbed: Stubbed) -> None:
 # -- errors --------------------------------------------------------------------------------
 
 
+THROTTLED = "Too many requests"
+BAD_MODEL = "The provided model identifier is invalid."
+SERVICE_ERRORS = [  # code, HTTP status, retryable, message
+    ("ThrottlingException", 429, True, THROTTLED),
+    ("ServiceUnavailableException", 503, True, THROTTLED),
+    ("ModelNotReadyException", 429, True, THROTTLED),
+    ("InternalServerException", 500, True, THROTTLED),
+    ("ModelTimeoutException", 408, True, THROTTLED),
+    ("SomeFutureOverload", 502, True, THROTTLED),  # undocumented: decided by the HTTP status
+    ("ValidationException", 400, False, BAD_MODEL),
+    ("AccessDeniedException", 403, False, BAD_MODEL),
+    ("ResourceNotFoundException", 404, False, BAD_MODEL),
+    ("ModelErrorException", 424, False, BAD_MODEL),
+    ("SomeFutureMistake", 400, False, BAD_MODEL),  # undocumented: decided by the HTTP status
+]
+
+
 @pytest.mark.parametrize(
-    ("code", "status"),
-    [
-        ("ThrottlingException", 429),
-        ("ServiceUnavailableException", 503),
-        ("ModelNotReadyException", 429),
-        ("InternalServerException", 500),
-        ("ModelTimeoutException", 408),
-        ("SomeFutureOverload", 502),  # undocumented: decided by the HTTP status
-    ],
+    ("code", "status", "retryable", "message"),
+    SERVICE_ERRORS,
+    ids=[f"{code}-{status}" for code, status, _, _ in SERVICE_ERRORS],
 )
-def test_retryable_errors(stubbed: Stubbed, code: str, status: int) -> None:
+def test_service_errors(
+    stubbed: Stubbed, code: str, status: int, retryable: bool, message: str
+) -> None:
     stubbed.stubber.add_client_error(
         "converse",
         service_error_code=code,
-        service_message="Too many requests",
+        service_message=message,
         http_status_code=status,
     )
 
     with pytest.raises(ModelError) as caught:
         complete(stubbed.provider(), ask("Hi"))
 
-    assert (caught.value.retryable, caught.value.code) == (True, code)
-    assert "Too many requests" in str(caught.value)
-
-
-@pytest.mark.parametrize(
-    ("code", "status"),
-    [
-        ("ValidationException", 400),
-        ("AccessDeniedException", 403),
-        ("ResourceNotFoundException", 404),
-        ("ModelErrorException", 424),
-        ("SomeFutureMistake", 400),  # undocumented: decided by the HTTP status
-    ],
-)
-def test_permanent_errors(stubbed: Stubbed, code: str, status: int) -> None:
-    stubbed.stubber.add_client_error(
-        "converse",
-        service_error_code=code,
-        service_message="The provided model identifier is invalid.",
-        http_status_code=status,
-    )
-
-    with pytest.raises(ModelError) as caught:
-        complete(stubbed.provider(), ask("Hi"))
-
-    assert (caught.value.retryable, caught.value.code) == (False, code)
-    assert "The provided model identifier is invalid." in str(caught.value)
+    assert (caught.value.retryable, caught.value.code) == (retryable, code)
+    assert message in str(caught.value)
 
 
 def test_model_error_reports_the_model_status(stubbed: Stubbed) -> None:

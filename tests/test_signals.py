@@ -25,6 +25,15 @@ D, DUP, INV, CLOSED, NF = (
 )
 
 
+async def parked_sleeper() -> tuple[Kit, str]:
+    """A session whose one task sleeps on the key ``a`` (no deadline)."""
+    k = Kit(SLEEPER)
+    await k.h.open()
+    t = await k.h.create_task(SLEEPER, {"keys": ["a"]})
+    await k.h.run_until_parked()
+    return k, t
+
+
 def test_no_such_task_is_not_found():
     async def go():
         k = Kit(SLEEPER)
@@ -34,42 +43,40 @@ def test_no_such_task_is_not_found():
     run(go())
 
 
-def test_terminal_task_is_closed_before_schema_check():
+async def _complete(k: Kit, t: str) -> None:
+    """The task ends: a value wakes it and it completes."""
+    assert await k.h.signal(t, ANSWER, "a", {"text": "hi"}) == D
+    await k.h.run_until_parked()
+    assert k.h.outcome(t).status == "completed"
+
+
+async def _mark_aborted(k: Kit, t: str) -> None:
+    """The task is marked for abort; its abort handling has not run yet."""
+    await k.h.abort(t, "stop")
+
+
+@pytest.mark.parametrize(
+    ("close", "status"),
+    [(_complete, "completed"), (_mark_aborted, "aborted")],
+    ids=["terminal", "abort-marked"],
+)
+def test_a_closed_task_is_closed_before_the_schema_check(close, status: str):
     async def go():
-        k = Kit(SLEEPER)
-        await k.h.open()
-        t = await k.h.create_task(SLEEPER, {"keys": ["a"]})
-        await k.h.run_until_parked()
-        assert await k.h.signal(t, ANSWER, "a", {"text": "hi"}) == D
-        await k.h.run_until_parked()
-        assert k.h.outcome(t).status == "completed"
+        k, t = await parked_sleeper()
+        await close(k, t)
+        assert await k.h.signal(t, ANSWER, "a", {"text": "hi"}) == CLOSED
         # closed comes before invalid in the check order
         assert await k.h.signal(t, ANSWER, "a", {"nope": 1}) == CLOSED
         assert await k.h.signal(t, ANSWER, "b", {"text": "x"}) == CLOSED
-
-    run(go())
-
-
-def test_abort_marked_task_is_closed():
-    async def go():
-        k = Kit(SLEEPER)
-        await k.h.open()
-        t = await k.h.create_task(SLEEPER, {"keys": ["a"]})
         await k.h.run_until_parked()
-        await k.h.abort(t, "stop")
-        assert await k.h.signal(t, ANSWER, "a", {"text": "hi"}) == CLOSED
-        await k.h.run_until_parked()
-        assert k.h.outcome(t).status == "aborted"
+        assert k.h.outcome(t).status == status
 
     run(go())
 
 
 def test_invalid_value_is_not_stored_and_says_which_field():
     async def go():
-        k = Kit(SLEEPER)
-        await k.h.open()
-        t = await k.h.create_task(SLEEPER, {"keys": ["a"]})
-        await k.h.run_until_parked()
+        k, t = await parked_sleeper()
         seq = k.h.seq
         decision = await k.h.deliver(t, ANSWER, "a", {"text": 3})
         assert decision.result == INV
@@ -84,10 +91,7 @@ def test_invalid_value_is_not_stored_and_says_which_field():
 
 def test_duplicate_keeps_the_first_value():
     async def go():
-        k = Kit(SLEEPER)
-        await k.h.open()
-        t = await k.h.create_task(SLEEPER, {"keys": ["a"]})
-        await k.h.run_until_parked()
+        k, t = await parked_sleeper()
         assert await k.h.signal(t, ANSWER, "a", {"text": "first"}) == D
         assert await k.h.signal(t, ANSWER, "a", {"text": "second"}) == DUP
         assert await k.h.signal(t, ANSWER, "a", {"bad": 1}) == INV  # invalid before duplicate
@@ -161,13 +165,19 @@ def _sleep_then(next_phase: str):
     return sleep
 
 
-def test_sleeping_again_on_a_consumed_key_is_rejected():
+@pytest.mark.parametrize(
+    ("caught", "status"), [(True, "completed"), (False, "faulted")], ids=["caught", "uncaught"]
+)
+def test_sleeping_again_on_a_consumed_key_is_rejected(caught: bool, status: str):
+    """The phase may catch InvalidPark and go on; uncaught, it faults the task."""
     seen: list[str] = []
 
     async def again(task, rt):
         try:
             await rt.commit(Sleeping(checkpoint="again", signals=(ANSWER.key("a"),)))
         except InvalidPark as exc:
+            if not caught:
+                raise
             seen.append(str(exc))
             await rt.commit(Terminal(outcome=Completed(result="refused")))
 
@@ -181,28 +191,13 @@ def test_sleeping_again_on_a_consumed_key_is_rejected():
         await k.h.run_until_parked()
         await k.h.signal(t, ANSWER, "a", {"text": "x"})
         await k.h.run_until_parked()
-        assert k.h.outcome(t).result == "refused"
-        assert "one key serves one wait" in seen[0]
-
-    run(go())
-
-
-def test_uncaught_invalid_park_faults_the_task():
-    async def again(task, rt):
-        await rt.commit(Sleeping(checkpoint="again", signals=(ANSWER.key("a"),)))
-
-    async def go():
-        kind = define_task(
-            "test.reuse2", 1, lambda _: "sleep", {"sleep": _sleep_then("again"), "again": again}
-        )
-        k = Kit(kind)
-        await k.h.open()
-        t = await k.h.create_task(kind)
-        await k.h.run_until_parked()
-        await k.h.signal(t, ANSWER, "a", {"text": "x"})
-        await k.h.run_until_parked()
         outcome = k.h.outcome(t)
-        assert outcome.status == "faulted" and "InvalidPark" in outcome.error
+        assert outcome.status == status
+        if caught:
+            assert outcome.result == "refused"
+            assert "one key serves one wait" in seen[0]
+        else:
+            assert "InvalidPark" in outcome.error
 
     run(go())
 
@@ -366,10 +361,7 @@ def test_in_commit_signal_to_another_task():
 
 def test_values_are_gone_when_the_task_ends():
     async def go():
-        k = Kit(SLEEPER)
-        await k.h.open()
-        t = await k.h.create_task(SLEEPER, {"keys": ["a"]})
-        await k.h.run_until_parked()
+        k, t = await parked_sleeper()
         await k.h.signal(t, ANSWER, "a", {"text": "x"})
         await k.h.run_until_parked()
         stored = k.store.get_task("s1", t)

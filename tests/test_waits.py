@@ -59,16 +59,21 @@ def children(k, pid):
     )
 
 
+async def waiting_parent(policy: str) -> tuple[Kit, str, list[str]]:
+    """A session whose parent waits, under ``policy``, on three children that each sleep
+    until told how to end; the parent's id and its children's ids."""
+    kind = parent(policy)
+    k = Kit(kind, CHILD)
+    await k.h.open()
+    p = await k.h.create_task(kind)
+    await k.h.run_until_parked()
+    return k, p, [r.id for r in children(k, p)]
+
+
 @pytest.mark.parametrize("policy", ["all_settled", "fail_fast", "any"])
 def test_wait_policies(policy):
-    kind = parent(policy)
-
     async def go():
-        k = Kit(kind, CHILD)
-        await k.h.open()
-        p = await k.h.create_task(kind)
-        await k.h.run_until_parked()
-        kids = [r.id for r in children(k, p)]
+        k, p, kids = await waiting_parent(policy)
         assert len(kids) == 3
         assert k.h.wake().active is False
 
@@ -94,14 +99,8 @@ def test_wait_policies(policy):
 
 
 def test_any_wake_lists_every_ended_member():
-    kind = parent("any")
-
     async def go():
-        k = Kit(kind, CHILD)
-        await k.h.open()
-        p = await k.h.create_task(kind)
-        await k.h.run_until_parked()
-        kids = [r.id for r in children(k, p)]
+        k, p, kids = await waiting_parent("any")
         # two children end before the parent is reserved again
         await k.h.signal(kids[2], ANSWER, "go", {"text": "ok"})
         await k.h.signal(kids[0], ANSWER, "go", {"text": "ok"})
@@ -113,14 +112,9 @@ def test_any_wake_lists_every_ended_member():
 
 
 def test_wait_any_with_terminal_member_counts_as_active():
-    kind = parent("any")
-
     async def go():
-        k = Kit(kind, CHILD)
-        await k.h.open()
-        p = await k.h.create_task(kind)
-        await k.h.run_until_parked()
-        kid = children(k, p)[0].id
+        k, _, kids = await waiting_parent("any")
+        kid = kids[0]
         await k.h.signal(kid, ANSWER, "go", {"text": "ok"})
         assert k.h.wake().active is True  # the child is runnable (signal holds an unused value)
 

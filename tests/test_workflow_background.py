@@ -36,6 +36,20 @@ def tool_results(s):
     return [e for e in s.conv.entries("main") if e["type"] == "tool_result"]
 
 
+async def called(name, body) -> Session:
+    """A session whose one background tool ``name`` runs ``body``: the agent calls it once
+    (request r1) and the session runs until it parks."""
+    s = await Session(script, define_workflow_tool(name, "", Note, body, lifetime="task")).start()
+    await s.say(f"call {name}", "r1")
+    await s.h.run_until_parked()
+    return s
+
+
+def user_texts(s) -> list[str]:
+    """The texts of the conversation's user entries, in order."""
+    return [text for kind, text, _ in s.entries() if kind == "user"]
+
+
 def test_progress_stays_silent_and_the_receipt_does_not_depend_on_it():
     async def chatty(args, ctx, task):
         for n in range(3):
@@ -45,11 +59,7 @@ def test_progress_stays_silent_and_the_receipt_does_not_depend_on_it():
         return "done"
 
     async def go():
-        s = await Session(
-            script, define_workflow_tool("chatty", "", Note, chatty, lifetime="task")
-        ).start()
-        await s.say("call chatty", "r1")
-        await s.h.run_until_parked()
+        s = await called("chatty", chatty)
         [result] = tool_results(s)
         receipt = json.loads(result["text"])
         assert receipt == {"status": "working", "task_id": receipt["task_id"]}
@@ -77,11 +87,7 @@ def test_the_receipt_is_the_same_when_the_body_fails_at_once():
         raise RuntimeError("boom")
 
     async def go():
-        s = await Session(
-            script, define_workflow_tool("broken", "", Note, broken, lifetime="task")
-        ).start()
-        await s.say("call broken", "r1")
-        await s.h.run_until_parked()
+        s = await called("broken", broken)
         [result] = tool_results(s)
         assert json.loads(result["text"])["status"] == "working" and not result["is_error"]
         [info] = background_tasks(s.h)
@@ -103,11 +109,7 @@ def test_post_message_reaches_the_parent_once_and_queues_while_it_is_busy():
         return "all done"
 
     async def go():
-        s = await Session(
-            script, define_workflow_tool("messenger", "", Note, messenger, lifetime="task")
-        ).start()
-        await s.say("call messenger", "r1")
-        await s.h.run_until_parked()
+        s = await called("messenger", messenger)
         [info] = background_tasks(s.h)
         label = f"[background task {info.id} (messenger)]"
         subs = {sub["id"]: sub for sub in s.submissions()}
@@ -121,8 +123,7 @@ def test_post_message_reaches_the_parent_once_and_queues_while_it_is_busy():
         assert first["content"] == f"{label} halfway there"
         s.kit.clock.advance(HOUR)
         await s.h.run_until_parked()
-        user = [text for kind, text, _ in s.entries() if kind == "user"]
-        assert user == [
+        assert user_texts(s) == [
             "call messenger",
             f"{label} halfway there",
             f"{label} almost done",
@@ -140,17 +141,12 @@ def test_a_rerun_after_a_crash_posts_no_message_twice():
         return "ok"
 
     async def go():
-        s = await Session(
-            script, define_workflow_tool("messenger", "", Note, messenger, lifetime="task")
-        ).start()
-        await s.say("call messenger", "r1")
-        await s.h.run_until_parked()
+        s = await called("messenger", messenger)
         s.h = await s.kit.reopen()  # the process dies and another takes the session over
         s.conv.harness = s.h
         s.kit.clock.advance(HOUR)
         await s.h.run_until_parked()
-        user = [text for kind, text, _ in s.entries() if kind == "user"]
-        assert sum(text.endswith("hello") for text in user) == 1
+        assert sum(text.endswith("hello") for text in user_texts(s)) == 1
 
     run(go())
 
@@ -197,9 +193,7 @@ def test_background_tasks_are_listed_cancelled_by_task_cancel_and_end_with_the_s
         assert sorted(cleaned) == ["a", "b", "c"]
         assert s.h.live_tasks == {}
         # Cancellation does not wake the parent; a new background call is refused.
-        assert not any(
-            "cancelled" in (text or "") for kind, text, _ in s.entries() if kind == "user"
-        )
+        assert not any("cancelled" in (text or "") for text in user_texts(s))
         await s.say("call worker d", "r5")
         await s.h.run_until_parked()
         assert "the session has ended" in s.entries()[-1][1]
@@ -213,11 +207,7 @@ def test_a_background_task_outlives_a_stopped_turn():
         return "still here"
 
     async def go():
-        s = await Session(
-            script, define_workflow_tool("slow", "", Note, slow, lifetime="task")
-        ).start()
-        await s.say("call slow", "r1")
-        await s.h.run_until_parked()
+        s = await called("slow", slow)
         await s.say("hello", "r2")
         await s.conv.stop("main")
         await s.h.run_until_parked()

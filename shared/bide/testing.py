@@ -12,17 +12,19 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from .engine.records import TaskRecord
-from .engine.store.base import Doc, SessionSnapshot, Store
+from .engine.store.base import Doc, Store
+from .engine.store.wrapper import StoreWrapper
 
 
 class Crash(BaseException):
     """The simulated process died here."""
 
 
-class FaultyStore:
+class FaultyStore(StoreWrapper):
     """A Store that dies at the ``fail_at``-th commit (1-based), or at the first commit whose
     writes satisfy ``match``; ``when`` = ``before`` (nothing written) or ``after`` (written,
-    then the process dies before it learns so). ``commits`` counts the commits attempted."""
+    then the process dies before it learns so). ``commits`` counts the commits attempted.
+    Every other call passes straight through to ``inner``."""
 
     def __init__(
         self,
@@ -31,7 +33,7 @@ class FaultyStore:
         when: Literal["before", "after"] = "before",
         match: Callable[[Sequence[TaskRecord]], bool] | None = None,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.fail_at = fail_at
         self.match = match
         self.when = when
@@ -42,33 +44,6 @@ class FaultyStore:
         """No more faults (the restarted process)."""
         self.fail_at = None
         self.match = None
-
-    def load(self, session_id: str) -> SessionSnapshot:
-        """Pass through."""
-        return self.inner.load(session_id)
-
-    def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
-        """Pass through."""
-        return self.inner.get_task(session_id, task_id)
-
-    def head(self, session_id: str) -> int:
-        """Pass through."""
-        return self.inner.head(session_id)
-
-    def get_doc(self, session_id: str, key: str) -> Doc | None:
-        """Pass through."""
-        return self.inner.get_doc(session_id, key)
-
-    def list_docs(
-        self,
-        session_id: str,
-        prefix: str,
-        *,
-        start_after: str | None = None,
-        limit: int | None = None,
-    ) -> list[Doc]:
-        """Pass through."""
-        return self.inner.list_docs(session_id, prefix, start_after=start_after, limit=limit)
 
     def commit(
         self,
@@ -92,7 +67,3 @@ class FaultyStore:
             self.crashed = True
             raise Crash(f"crash after commit {self.commits}")
         return seq
-
-    def close(self) -> None:
-        """Pass through."""
-        self.inner.close()

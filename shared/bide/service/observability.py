@@ -27,7 +27,8 @@ from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
 from ..constants import ENV_TRACING, METRICS_NAMESPACE, SERVICE_NAME
 from ..engine.errors import ConflictError
 from ..engine.records import TaskRecord
-from ..engine.store.base import Doc, SessionSnapshot, Store
+from ..engine.store.base import Doc
+from ..engine.store.wrapper import StoreWrapper
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,24 +94,9 @@ def correlated(**keys: str | None) -> Iterator[None]:
             logger.append_keys(**restore)
 
 
-class ObservedStore:
+class ObservedStore(StoreWrapper):
     """A :class:`~bide.engine.store.Store` that counts commit conflicts (a concurrent writer won;
     the caller reloads). Everything else passes straight through."""
-
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-
-    def load(self, session_id: str) -> SessionSnapshot:
-        """See :meth:`bide.engine.store.Store.load`."""
-        return self.inner.load(session_id)
-
-    def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
-        """See :meth:`bide.engine.store.Store.get_task`."""
-        return self.inner.get_task(session_id, task_id)
-
-    def head(self, session_id: str) -> int:
-        """See :meth:`bide.engine.store.Store.head`."""
-        return self.inner.head(session_id)
 
     def commit(
         self,
@@ -125,25 +111,6 @@ class ObservedStore:
         except ConflictError:
             count(COMMIT_CONFLICTS)
             raise
-
-    def get_doc(self, session_id: str, key: str) -> Doc | None:
-        """See :meth:`bide.engine.store.Store.get_doc`."""
-        return self.inner.get_doc(session_id, key)
-
-    def list_docs(
-        self,
-        session_id: str,
-        prefix: str,
-        *,
-        start_after: str | None = None,
-        limit: int | None = None,
-    ) -> list[Doc]:
-        """See :meth:`bide.engine.store.Store.list_docs`."""
-        return self.inner.list_docs(session_id, prefix, start_after=start_after, limit=limit)
-
-    def close(self) -> None:
-        """See :meth:`bide.engine.store.Store.close`."""
-        self.inner.close()
 
 
 def tracing_enabled() -> bool:
