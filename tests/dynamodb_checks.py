@@ -1,6 +1,10 @@
 """DynamoDB-specific checks of the store (beyond the shared contract), run on every bench
 (moto and DynamoDB Local): item layout, retries, idempotent commits, size limits, S3 offload,
-torn reads and documents. Subclass :class:`DynamoDBAdapterChecks` with a ``bench`` fixture."""
+torn reads and documents. Subclass :class:`DynamoDBAdapterChecks` with a ``bench`` fixture.
+
+Long because: it is one class of checks that runs on two benches; splitting it would make each
+bench subclass several classes and nothing would read better for it.
+"""
 
 from __future__ import annotations
 

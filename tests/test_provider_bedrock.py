@@ -4,6 +4,9 @@ The Stubber answers in ``before-call``, after botocore has validated and seriali
 against the real Converse model, so a request shape Converse would refuse fails here too. No
 request can leave the machine: a ``before-send`` guard fails any call that gets past the Stubber,
 and every test ends with the Stubber's queue empty.
+
+Long because: the request mapping, the response mapping and the error table all share the
+Stubber fixtures and the Converse shapes built at the top; they are one adapter's contract.
 """
 
 from __future__ import annotations
