@@ -343,3 +343,24 @@ def test_webhook_window_boundary(offset: int, accepted: bool) -> None:
         with pytest.raises(WebhookRejected) as refused:
             verify(binding, headers, body, now)
         assert refused.value.status == 401 and "window" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    "timestamp", ["nan", "NaN", "inf", "-inf", "1e9", " 1700000000", "+1700000000", "1700000000.5",
+                  "-1", "\uff11" * 10, "9" * 13]
+)  # fmt: skip
+def test_webhook_timestamps_must_be_whole_seconds(timestamp: str) -> None:
+    """A timestamp that is not plain whole seconds is refused before any window arithmetic:
+    ``nan`` compares false with everything, so a window check alone let it through."""
+    now = 1_700_000_000.0
+    binding = WebhookBinding(
+        session_id="s", task_id="t", signal="hook", key="k", hmac_secret=HMAC_SECRET
+    )
+    body = b'{"text": "green"}'
+    headers = {
+        "x-bide-timestamp": timestamp,
+        "x-bide-signature": sign(HMAC_SECRET, timestamp, body),  # a valid signature of it
+    }
+    with pytest.raises(WebhookRejected) as refused:
+        verify(binding, headers, body, now)
+    assert refused.value.status == 401 and "whole Unix seconds" in refused.value.message

@@ -85,6 +85,9 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + digest.hexdigest()
 
 
+_MAX_TIMESTAMP_DIGITS = 12  # whole seconds until the year 33658: plenty, and no huge ints
+
+
 def verify(binding: WebhookBinding, headers: dict[str, str], body: bytes, now: float) -> None:
     """Check the signature and timestamp window when the binding asks for them."""
     if binding.hmac_secret is None:
@@ -93,10 +96,15 @@ def verify(binding: WebhookBinding, headers: dict[str, str], body: bytes, now: f
     signature = headers.get("x-bide-signature")
     if not timestamp or not signature:
         raise WebhookRejected(401, "missing X-Bide-Timestamp or X-Bide-Signature header")
-    try:
-        sent = float(timestamp)
-    except ValueError:
-        raise WebhookRejected(401, "X-Bide-Timestamp is not a number of seconds") from None
+    # Whole Unix seconds in plain ASCII digits only: float() would also take "nan" (which no
+    # window comparison refuses), "inf", "1e9" and surrounding blanks.
+    if not (
+        timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= _MAX_TIMESTAMP_DIGITS
+    ):
+        raise WebhookRejected(
+            401, "X-Bide-Timestamp must be whole Unix seconds (ASCII digits, at most 12)"
+        )
+    sent = int(timestamp)
     if abs(now - sent) > binding.window_seconds:
         raise WebhookRejected(
             401, f"X-Bide-Timestamp is outside the {binding.window_seconds}s window (replay?)"
