@@ -360,6 +360,7 @@ def test_a_busy_store_is_503_with_retry_after(bench: Bench, monkeypatch) -> None
     event = signal_event(sid, task_id, SIGNAL, "k", {"text": "x"})
     response = run(handle_signal(bench.deps, event, None))
     assert response["statusCode"] == 503 and response["headers"]["Retry-After"] == "1"
+    assert json.loads(response["body"]) == {"error": "the session store is busy; try again"}
 
 
 def test_signal_results_are_counted_as_emf(bench: Bench, capsys) -> None:

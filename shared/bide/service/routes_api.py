@@ -37,7 +37,7 @@ from .api_models import (
 )
 from .deps import Deps
 from .sessions import SessionNotFound, cancel_task, create_session, stop, submit, view
-from .transport import RETRY_AFTER, busy_error, require
+from .transport import BUSY_ERROR, RETRY_AFTER, require
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
@@ -229,7 +229,7 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
 
     def busy(exc: Exception) -> Response[Any]:
         obs.logger.warning("sessions API: the store is busy", extra={"error": str(exc)})
-        body = ErrorBody(error=busy_error(exc)).model_dump_json()
+        body = ErrorBody(error=BUSY_ERROR).model_dump_json()
         return Response(503, "application/json", body, headers=dict(RETRY_AFTER))
 
     # Registered by call, not as decorators: Powertools' decorator is untyped.

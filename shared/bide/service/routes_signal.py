@@ -24,7 +24,7 @@ from . import observability as obs
 from .api_models import MAX_NAME, SESSION_ID_PATTERN
 from .deps import Deps
 from .signals import STATUS_OF, deliver, deliver_webhook, parse_json_body
-from .transport import RETRY_AFTER, busy_error, json_text, request_body, require
+from .transport import BUSY_ERROR, RETRY_AFTER, json_text, request_body, require
 from .webhooks import WebhookRejected, parse_token
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
 
     def busy(exc: Exception) -> Response[Any]:
         obs.logger.warning("signal not delivered: the store is busy", extra={"error": str(exc)})
-        return answer(503, {"error": busy_error(exc)}, dict(RETRY_AFTER))
+        return answer(503, {"error": BUSY_ERROR}, dict(RETRY_AFTER))
 
     # Registered by call, not as decorators: Powertools' decorator is untyped.
     app.exception_handler(WebhookRejected)(refused)

@@ -71,9 +71,9 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
     }
 
 
-def busy_error(exc: Exception) -> str:
-    """The error text of a 503: the store was throttled or a write lost a race."""
-    return f"the session store is busy; try again ({exc})"
+#: The error text of every 503. It never carries the exception's own text: webhook callers
+#: are unauthenticated, and what the store said is for the logs (which get it), not for them.
+BUSY_ERROR = "the session store is busy; try again"
 
 
 def require(deps: Deps | None) -> Deps:
