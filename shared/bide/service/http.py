@@ -33,7 +33,7 @@ from . import routes_api, routes_signal
 from .deps import Deps
 from .routes_api import API_ROUTES
 from .routes_signal import SIGNAL_ROUTES
-from .transport import json_response, json_text, run, unreadable_body
+from .transport import hostile_json, json_response, json_text, run, unreadable_body
 from .worker_batch import handle_worker
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ async def _serve(
     try:
         app = _resolver_for(deps, group)
         if group.text_bodies_only:
-            unreadable = unreadable_body(event)
+            unreadable = unreadable_body(event) or hostile_json(event)
             if unreadable is not None:
                 return json_response(400, {"error": unreadable})
         async with _one_request_at_a_time():

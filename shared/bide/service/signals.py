@@ -12,6 +12,7 @@ from ..engine.rules import SignalDecision
 from ..engine.signals import SignalResult
 from ..tools.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token, verify
 from .deps import Deps
+from .json_body import JsonRefused, strict_json
 
 # What each result means to an HTTP caller.
 STATUS_OF: dict[SignalResult, int] = {
@@ -50,7 +51,9 @@ def parse_json_body(body: bytes, content_type: str | None) -> Any:
             415, f"content type must be application/json, not {media or 'none'!r}"
         )
     try:
-        return json.loads(body.decode("utf-8"))
+        return strict_json(body.decode("utf-8"))
+    except JsonRefused as exc:
+        raise WebhookRejected(400, f"body refused: {exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WebhookRejected(400, f"body is not valid JSON: {exc}") from None
 

@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from .deps import Deps
+from .json_body import JsonRefused, strict_json
 from .webhooks import WebhookRejected
 
 T = TypeVar("T")
@@ -52,6 +53,22 @@ def unreadable_body(event: dict[str, Any]) -> str | None:
         return exc.message
     except UnicodeDecodeError as exc:
         return f"body is not valid UTF-8 text ({exc.reason} at byte {exc.start})"
+    return None
+
+
+def hostile_json(event: dict[str, Any]) -> str | None:
+    """Why a readable request body is JSON the service refuses (too deep, a number too long
+    or not finite), or None. Bodies that are simply not JSON are left to the route, which
+    answers them as it always has."""
+    text = request_body(event).decode("utf-8")
+    if not text.strip():
+        return None
+    try:
+        strict_json(text)
+    except JsonRefused as exc:
+        return f"body refused: {exc}"
+    except json.JSONDecodeError:
+        return None
     return None
 
 
