@@ -7,12 +7,14 @@ The public API:
   :class:`Completing`, :class:`Terminal`) and outcomes (:class:`Completed`, :class:`Failed`,
   :class:`Aborted`, :class:`Orphaned`, :class:`Faulted`);
 * signals: :func:`define_signal`, :class:`SignalToken`, :class:`SignalKey`,
-  :class:`SignalResult`, :class:`SignalValue`, :class:`SignalExpired`;
+  :class:`SignalResult`, :class:`SignalDecision` (what ``Harness.deliver`` and
+  :func:`deliver_signal` return), :class:`SignalValue`, :class:`SignalExpired`,
+  :class:`SignalSlot` (a key's life on a :class:`TaskRecord`);
 * wakes: :class:`WakeTime`, :class:`WakeExpired`, :class:`WakeSignal`, :class:`WakeTasks`,
   and :class:`Wake` (what ``Harness.wake()`` returns);
 * running: :class:`Harness`, :func:`deliver_signal` (a signal without loading a session);
   ports :class:`Clock` (:class:`SystemClock`, :class:`ManualClock`),
-  :class:`Store` (:class:`SQLiteStore`), :class:`IdSource`;
+  :class:`Store` (:class:`SQLiteStore`; documents are :class:`Doc`), :class:`IdSource`;
 * errors: :class:`BideError` and its subclasses.
 """
 
@@ -34,8 +36,8 @@ from .engine.errors import (
 )
 from .engine.harness import Harness
 from .engine.ids import IdSource, RandomIds, SequentialIds
-from .engine.records import TaskRecord
-from .engine.rules import Wake
+from .engine.records import SignalSlot, TaskRecord
+from .engine.rules import SignalDecision, Wake
 from .engine.signals import (
     InvalidSignalValue,
     SignalExpired,
@@ -66,7 +68,7 @@ from .engine.state import (
     WakeTasks,
     WakeTime,
 )
-from .engine.store import SessionSnapshot, SQLiteStore, Store
+from .engine.store import Doc, SessionSnapshot, SQLiteStore, Store
 from .engine.tasks import TaskDefinition, TaskRuntime, TaskView, Tx, define_task
 
 __all__ = [
@@ -81,6 +83,7 @@ __all__ = [
     "Completing",
     "ConflictError",
     "DefinitionError",
+    "Doc",
     "Failed",
     "Faulted",
     "Harness",
@@ -101,9 +104,11 @@ __all__ = [
     "SQLiteStore",
     "SequentialIds",
     "SessionSnapshot",
+    "SignalDecision",
     "SignalExpired",
     "SignalKey",
     "SignalResult",
+    "SignalSlot",
     "SignalState",
     "SignalToken",
     "SignalValue",
