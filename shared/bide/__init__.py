@@ -12,7 +12,9 @@ The public API:
   :class:`SignalSlot` (a key's life on a :class:`TaskRecord`);
 * wakes: :class:`WakeTime`, :class:`WakeExpired`, :class:`WakeSignal`, :class:`WakeTasks`,
   and :class:`Wake` (what ``Harness.wake()`` returns);
-* running: :class:`Harness`, :func:`deliver_signal` (a signal without loading a session);
+* running: :class:`Harness`, :func:`deliver_signal` (a signal without loading a session),
+  :class:`WriteTx` (the ``tx`` of a tool's ``api.write`` and of a host command, which
+  promises, conversations and delegation write through);
   ports :class:`Clock` (:class:`SystemClock`, :class:`ManualClock`),
   :class:`Store` (:class:`SQLiteStore`; documents are :class:`Doc`), :class:`IdSource`;
 * errors: :class:`BideError` and its subclasses.
@@ -35,6 +37,7 @@ from .engine.errors import (
     UnknownTaskKind,
 )
 from .engine.harness import Harness
+from .engine.host import WriteTx
 from .engine.ids import IdSource, RandomIds, SequentialIds
 from .engine.records import SignalSlot, TaskRecord
 from .engine.rules import SignalDecision, Wake
@@ -131,6 +134,7 @@ __all__ = [
     "WakeSignal",
     "WakeTasks",
     "WakeTime",
+    "WriteTx",
     "define_signal",
     "define_task",
     "deliver_signal",
