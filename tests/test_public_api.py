@@ -74,7 +74,8 @@ def touched(fn: Any) -> set[type]:
 
 @pytest.mark.parametrize("module", [bide, bide.tools], ids=["bide", "bide.tools"])
 def test_every_type_the_public_api_touches_is_exported(module):
-    exported = {getattr(m, n) for m in (bide, module) for n in m.__all__}
+    # Tool types are documented in bide.tools (bide.App takes a ToolRegistry from there).
+    exported = {getattr(m, n) for m in (bide, bide.tools) for n in m.__all__}
     everything = signatures(module)
     missing = {
         f"{t.__module__}.{t.__qualname__} (in {label})"
@@ -91,7 +92,29 @@ def test_the_walk_sees_what_a_new_user_saw():
     assert bide.SignalDecision in touched(bide.Harness.deliver)
     assert bide.Doc in touched(bide.Harness.list_docs)
     assert bide.SignalSlot in touched(bide.TaskRecord)
+    assert bide.tools.ToolRegistry in touched(bide.App)
     assert set(INTERNAL) <= set(signatures(bide)) | set(signatures(bide.tools))
+
+
+def test_app_is_exported_but_loaded_only_when_asked_for():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    shared = Path(bide.__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(shared)}
+    probe = "import sys, bide; print('bide.app' in sys.modules); print(bide.App.__module__)"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env
+    ).stdout.split()
+    assert out == ["False", "bide.app"]
+    from bide import App
+    from bide.app import App as from_module
+
+    assert App is from_module
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = bide.Nope
 
 
 def test_mint_webhook_is_where_tool_authors_look():

@@ -17,8 +17,13 @@ The public API:
   promises, conversations and delegation write through);
   ports :class:`Clock` (:class:`SystemClock`, :class:`ManualClock`),
   :class:`Store` (:class:`SQLiteStore`; documents are :class:`Doc`), :class:`IdSource`;
-* errors: :class:`BideError` and its subclasses.
+* errors: :class:`BideError` and its subclasses;
+* deploying: :class:`App` (from :mod:`bide.app`, imported on first use so that ``import bide``
+  loads the engine only). Tools are in :mod:`bide.tools`, agents in :mod:`bide.agent`,
+  workflow tools in :mod:`bide.workflow`, test helpers in :mod:`bide.testing`.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from .engine.clock import DAY, HOUR, MINUTE, Clock, ManualClock, SystemClock
 from .engine.delivery import deliver_signal
@@ -74,11 +79,26 @@ from .engine.state import (
 from .engine.store import Doc, SessionSnapshot, SQLiteStore, Store
 from .engine.tasks import TaskDefinition, TaskRuntime, TaskView, Tx, define_task
 
+if TYPE_CHECKING:
+    from .app import App
+
+
+def __getattr__(name: str) -> Any:
+    # App pulls in agents, workflow tools and the design-002 features: load them only when
+    # someone asks for it, not for every engine-only import of bide.
+    if name == "App":
+        from .app import App
+
+        return App
+    raise AttributeError(f"module 'bide' has no attribute {name!r}")
+
+
 __all__ = [
     "DAY",
     "HOUR",
     "MINUTE",
     "Aborted",
+    "App",
     "BideError",
     "Clock",
     "CommitTooLarge",
