@@ -191,6 +191,10 @@ KEY_LINES: dict[str, list[str]] = {
         "sandboxes stopped: ['box-2']",
         "task index: 'Fix the login page' cancelled",
     ],
+    "59_testing_with_bide_testing.py": [
+        "ok: ManualClock: the question expired after four hours",
+        "ok: FaultyStore: the process died after the park; the answer still arrived",
+    ],
 }
 
 
@@ -226,11 +230,21 @@ def test_example_runs(path: Path):
     assert not missing, f"{path.name} did not print {missing}\n--- stdout\n{proc.stdout}"
 
 
-def test_readme_example_matches_example_39():
-    """The README's signal-driven task is the code of example 39, verbatim."""
-    source = (ROOT / "examples" / "39_ask_a_person.py").read_text()
+README_SOURCES = [p for p in EXAMPLES if "# --- README: begin" in p.read_text()]
+
+
+def test_readme_blocks_have_their_examples():
+    names = {p.name for p in README_SOURCES}
+    assert {"39_ask_a_person.py", "59_testing_with_bide_testing.py"} <= names
+
+
+@pytest.mark.parametrize("path", README_SOURCES, ids=[p.name for p in README_SOURCES])
+def test_readme_block_matches_its_example(path: Path):
+    """The README quotes the code between an example's README markers verbatim, and the
+    example runs (test_example_runs), so the README's code runs too."""
+    source = path.read_text()
     begin = source.index("# --- README: begin")
     end = source.index("# --- README: end")
     snippet = source[source.index("\n", begin) + 1 : end].strip()
     readme = (ROOT / "README.md").read_text()
-    assert snippet in readme, "README.md is out of sync with examples/39_ask_a_person.py"
+    assert snippet in readme, f"README.md is out of sync with examples/{path.name}"

@@ -41,7 +41,7 @@ from .engine.signals import SignalExpired, SignalValue
 from .engine.state import Aborted, Completed, Sleeping, Terminal
 from .engine.tasks import TaskDefinition, TaskView, define_task
 from .promises import DEADLINE_KEEPER, create_promise, read_promise, resolve_promise
-from .tools.define import ToolDefinition, define_tool
+from .tools.define import ToolDefinition, claim_tools, define_tool
 from .tools.results import Sleep, ToolResult
 
 if TYPE_CHECKING:
@@ -262,7 +262,7 @@ class Delegation:
 
     Build it, add :attr:`tools` to the agent's registry, then :meth:`bind` the agent (the
     tools and the agent refer to each other). A harness needs :meth:`task_kinds` besides the
-    agent's own.
+    agent's own. A :class:`bide.app.App` does both for the delegations among its tools.
     """
 
     def __init__(self, profiles: dict[str, str], limits: DelegationLimits | None = None) -> None:
@@ -273,11 +273,17 @@ class Delegation:
         self._agent: Agent | None = None
         self.supervisor = self._supervisor_task()
         self.tools: list[ToolDefinition] = [self._run_tool(), self._spawn_tool()]
+        claim_tools(self, self.tools)  # an App finds the delegation through its tools
 
     def bind(self, agent: Agent) -> Delegation:
         """The agent children run with (the same one: only the profile differs)."""
         self._agent = agent
         return self
+
+    @property
+    def bound(self) -> bool:
+        """Whether :meth:`bind` gave the delegation its agent."""
+        return self._agent is not None
 
     @property
     def agent(self) -> Agent:

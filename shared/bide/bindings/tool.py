@@ -18,7 +18,7 @@ from ..promises import (
     read_promise,
 )
 from ..promises.tools import render_value
-from ..tools.define import ToolDefinition, define_tool
+from ..tools.define import ToolDefinition, claim_tools, define_tool
 from ..tools.results import Sleep, ToolResult
 from .declaration import WorkflowBinding
 from .invocations import InvocationDoc, read_invocation, record_invocation, reply_in
@@ -102,6 +102,7 @@ class BindingSet:
                 raise DefinitionError(f"two receivers are named {receiver.name!r}")
             self._bindings[binding.name] = binding
         self.tools = [binding_tool(b) for b in self._bindings.values()]
+        claim_tools(self, self.tools)  # an App finds the set through its tools
 
     def get(self, name: str) -> WorkflowBinding | None:
         """The binding admitted under ``name``."""

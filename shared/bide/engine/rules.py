@@ -51,10 +51,40 @@ class SignalDecision:
     errors: tuple[dict[str, str], ...] = ()
 
 
+STREAM_SUFFIX = ".*"
+"""A key ending in this names a stream of keys (see :func:`stream_key`)."""
+
+
+def stream_key(record: TaskRecord | None, signal: str, key: str, now: float) -> str:
+    """The key a value for ``key`` goes to: ``key`` itself, or for a stream (``<prefix>.*``)
+    the first ``<prefix>.<n>`` of ``record`` still open for a value at ``now``: it holds no
+    value, has not expired and no sleep on it has passed its deadline. One capability URL can
+    so deliver many requests (a workflow webhook iterated with ``async for``) and none is
+    answered ``duplicate``."""
+    if not key.endswith(STREAM_SUFFIX) or record is None:
+        return key
+    prefix = key[: -len(STREAM_SUFFIX)]
+    n = 0
+    while True:
+        candidate = f"{prefix}.{n}"
+        name = slot_name(signal, candidate)
+        slot = record.signals.get(name)
+        taken = slot is not None and (slot.has_value or slot.expired)
+        # A slot whose wait just timed out is about to expire: a value there would be refused.
+        if not taken and not deadline_passed_for(record, name, now):
+            return candidate
+        n += 1
+
+
 def decide_signal(
     record: TaskRecord | None, token: SignalToken[Any], key: str, value: Any, now: float
 ) -> SignalDecision:
-    """Apply design 001's delivery checks, in their order."""
+    """Apply design 001's delivery checks, in their order.
+
+    Every delivery path decides here (``Harness.signal`` and ``deliver``, ``deliver_signal``,
+    a commit's ``tx.signal``, webhooks), so a key means the same everywhere: a stream key
+    (``<prefix>.*``) is resolved with :func:`stream_key` against the same record and time as
+    the checks."""
     if record is None:
         return SignalDecision(SignalResult.NOT_FOUND)
     if record.state.status in HOLDS_OUTCOME or record.abort_marked:
@@ -63,7 +93,7 @@ def decide_signal(
         validated = token.validate(value)
     except InvalidSignalValue as exc:
         return SignalDecision(SignalResult.INVALID, errors=tuple(exc.errors))
-    name = slot_name(token.name, key)
+    name = slot_name(token.name, stream_key(record, token.name, key, now))
     slot = record.signals.get(name)
     if slot is not None and slot.has_value:
         return SignalDecision(SignalResult.DUPLICATE)
@@ -106,6 +136,14 @@ def check_sleep(record: TaskRecord, sleep: Sleeping) -> None:
         if key.slot in seen:
             raise InvalidPark(f"task {record.id!r}: key {key.slot!r} is listed twice")
         seen.add(key.slot)
+        if key.key.endswith(STREAM_SUFFIX):
+            # Deliveries to a stream key land on its members, never on the key itself.
+            prefix = key.key[: -len(STREAM_SUFFIX)]
+            raise InvalidPark(
+                f"task {record.id!r}: key {key.key!r} names a stream (it ends in "
+                f"{STREAM_SUFFIX!r}); its values go to {prefix + '.0'!r}, {prefix + '.1'!r}, "
+                "...: sleep on those"
+            )
         slot = record.signals.get(key.slot)
         if slot is not None and slot.consumed:
             raise InvalidPark(

@@ -17,7 +17,7 @@ class Promises:
     """Promises of one session's harness, for hosts (a webhook route, a UI, a test).
 
     The harness must run :data:`~bide.promises.DEADLINE_KEEPER` (see
-    :func:`~bide.promises.promise_task_kinds`).
+    :func:`~bide.promises.promise_task_kinds`; a :class:`bide.app.App` lists it).
     """
 
     def __init__(self, harness: Harness) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..engine.errors import BideError
@@ -74,6 +76,17 @@ class ToolExecutionApi:
     def task_id(self) -> str:
         """The tool task's id."""
         return self._rt.task_id
+
+    @property
+    def session_id(self) -> str:
+        """The id of the session the call runs in."""
+        return self._rt.session_id
+
+    @property
+    def services(self) -> Mapping[str, Any]:
+        """Values the host provided (e.g. ``webhook_base_url``), read-only: a tool reads
+        them, the host sets them (``Harness(services=...)``, the service's dependencies)."""
+        return MappingProxyType(self._rt.services)
 
     @property
     def aborted(self) -> asyncio.Event:

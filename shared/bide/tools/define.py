@@ -18,7 +18,8 @@ which :func:`bide.workflow.install` fills.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -112,6 +113,27 @@ class WorkflowTool(ToolDefinition):
     body_cancel: Cancel | None = None
     agents: Mapping[str, Any] = field(default_factory=dict)
     grace: float = 30.0
+
+
+# The feature object that made a tool (a Delegation, a BindingSet), which an app asks for
+# what the tool needs to run (task kinds, its agent). Weak: a dropped tool drops its entry.
+_OWNERS: weakref.WeakKeyDictionary[ToolDefinition, object] = weakref.WeakKeyDictionary()
+
+
+def claim_tools(owner: object, tools: Iterable[ToolDefinition]) -> None:
+    """Record ``owner`` as the maker of ``tools``, so :func:`tool_owners` finds it."""
+    for tool in tools:
+        _OWNERS[tool] = owner
+
+
+def tool_owners(tools: Iterable[ToolDefinition]) -> list[object]:
+    """The objects that claimed any of ``tools`` (:func:`claim_tools`), each once."""
+    found: list[object] = []
+    for tool in tools:
+        owner = _OWNERS.get(tool)
+        if owner is not None and not any(owner is seen for seen in found):
+            found.append(owner)
+    return found
 
 
 def define_tool(
@@ -221,7 +243,8 @@ def background_receipt(name: str) -> Execute:
             return ToolResult.error(
                 ToolErrorCode.TOOL_ERROR,
                 f"background tool {name!r} needs bide.workflow.install(agent) (or the kinds "
-                "of bide.workflow.workflow_kinds(registry) in the harness)",
+                "of bide.workflow.workflow_kinds(registry) in the harness); a bide.app.App "
+                "does this itself",
             )
         return await start(name, args, api)
 
@@ -264,4 +287,8 @@ def wrap_tool(tool: ToolDefinition, wrapper: Wrapper, *, name: str | None = None
         return result
 
     # replace() keeps everything else, the shape (and a subclass's fields) included.
-    return replace(tool, name=name or tool.name, execute=execute, _wrapped_parks=True)
+    wrapped = replace(tool, name=name or tool.name, execute=execute, _wrapped_parks=True)
+    owner = _OWNERS.get(tool)
+    if owner is not None:  # a wrapped tool needs what its base needs
+        claim_tools(owner, [wrapped])
+    return wrapped

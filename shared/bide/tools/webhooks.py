@@ -118,19 +118,19 @@ async def mint_webhook(
 ) -> Webhook:
     """For a tool (``api`` is its :class:`~bide.tools.ToolExecutionApi`): a webhook that
     delivers its JSON body as ``token``'s signal under ``key`` to this call. A rerun gets the
-    same URL (memoized)."""
-    rt = api._rt
+    same URL (memoized). Uses only the public API of ``api``: its session and task ids, a
+    memo, a write and the host's ``webhook_base_url`` service."""
     secret = await api.memo(
         f"bide.webhook.{token.name}/{key}", secrets.token_hex(WEBHOOK_TOKEN_BYTES)
     )
     binding = WebhookBinding(
-        session_id=rt.session_id,
+        session_id=api.session_id,
         task_id=api.task_id,
         signal=token.name,
         key=key,
         hmac_secret=hmac_secret,
     )
     await api.write(lambda tx: tx.put_doc(binding_key(secret), binding.model_dump(mode="json")))
-    base = str(rt.services.get("webhook_base_url", "")).rstrip("/")
-    hook_token = make_token(rt.session_id, secret)
+    base = str(api.services.get("webhook_base_url", "")).rstrip("/")
+    hook_token = make_token(api.session_id, secret)
     return Webhook(url=f"{base}/hooks/{hook_token}", token=hook_token)

@@ -37,7 +37,8 @@ thing. Designs 000 and 003 give the behaviour:
   and the step is retried. Tokens never enter the history; in the body both methods raise.
 
 Hosts: call :func:`install` (agent) or :func:`setup_app` (app) so harnesses know the
-background task kind and webhook requests are deliverable. The ``*_in`` functions work on an
+background task kind and webhook requests are deliverable; a :class:`bide.app.App` does it
+when created. The ``*_in`` functions work on an
 attached harness; :mod:`bide.service.workflow` wraps them as services (one request each).
 """
 

@@ -19,7 +19,7 @@ notification. ``task_cancel`` (a tool), :func:`~bide.workflow.index.cancel_backg
 and it ends ``cancelled`` without waking the parent.
 
 A harness must know the kind: :func:`install` adds it to an agent's task kinds (and so to
-the app's), or list :func:`workflow_kinds` yourself.
+the app's; a :class:`bide.app.App` calls it), or list :func:`workflow_kinds` yourself.
 """
 
 from __future__ import annotations

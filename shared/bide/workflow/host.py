@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.delivery import stream_key
 from ..engine.harness import Draft, Harness
 from ..engine.rules import decide_signal
 from ..engine.signals import SignalResult
@@ -62,10 +61,10 @@ def post_webhook(harness: Harness, url: str, body: Any) -> SignalResult:
         raise WebhookRejected(404, "not a workflow webhook")
 
     def deliver(d: Draft) -> SignalResult:
-        record = d.find(binding.task_id)
+        # The binding's key is a stream (wf.<seq>.*): the rule picks the member, as it does
+        # for every other delivery path.
         now = harness.clock.now()
-        key = stream_key(record, WEBHOOK.name, binding.key, now)
-        decision = decide_signal(record, WEBHOOK, key, body, now)
+        decision = decide_signal(d.find(binding.task_id), WEBHOOK, binding.key, body, now)
         if decision.record is not None:
             d.put(decision.record)
         return decision.result

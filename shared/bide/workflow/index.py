@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from ..engine.store.base import Store
-from ..tools.define import define_tool
+from ..tools.define import claim_tools, define_tool
 from ..tools.results import ToolResult
 
 if TYPE_CHECKING:
@@ -113,10 +113,12 @@ def task_cancel_tool(name: str = "task_cancel") -> Any:
         await api.write(lambda tx: tx.abort(args.task_id, "cancelled by task_cancel"))
         return ToolResult.of_text(f"task {args.task_id} cancelled")
 
-    return define_tool(
+    tool = define_tool(
         name,
         "Cancel a background task started earlier in this session, by its task_id",
         TaskCancelArgs,
         execute,
         replay="safe",
     )
+    claim_tools(task_cancel_tool, [tool])  # so an App sees cancellation is there, by any name
+    return tool
