@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from bide.service.config import Settings, deps_from_env, settings_from_env
-from bide.service.deps import Deps
-from bide.service.http import handle_worker, run
-from bide.service.observability import lambda_entry
+from ..service.config import Settings, deps_from_env, settings_from_env
+from ..service.deps import Deps
+from ..service.http import handle_worker, run
+from ..service.observability import lambda_entry
 
 
 @functools.cache

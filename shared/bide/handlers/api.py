@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from bide.service.config import deps_from_env
-from bide.service.deps import Deps
-from bide.service.http import handle_api, run
-from bide.service.observability import lambda_entry
+from ..service.config import deps_from_env
+from ..service.deps import Deps
+from ..service.http import handle_api, run
+from ..service.observability import lambda_entry
 
 
 @functools.cache
