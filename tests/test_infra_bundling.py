@@ -133,6 +133,14 @@ def test_the_entry_module_imports_the_packaged_handler(tmp_path):
         assert namespace["handler"] is module.handler
 
 
+def test_the_repositorys_functions_are_the_bundles_entry_modules():
+    # functions/<name>/handler.py is what every bundle puts at its root, so the repository's
+    # cold-start bench and a reader see exactly what Lambda imports.
+    for name in (c.FUNCTION_WORKER, c.FUNCTION_SIGNAL, c.FUNCTION_API):
+        path = ROOT / "functions" / name / "handler.py"
+        assert path.read_text() == bundling.entry_module(name), path
+
+
 def test_fingerprint_follows_every_bundled_file_and_nothing_else(tmp_path):
     bide = _package(tmp_path)
     texts = {"handler.py": bundling.entry_module("worker")}
