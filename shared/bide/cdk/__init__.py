@@ -19,8 +19,18 @@ Nothing here is imported by the rest of bide, and nothing of it is shipped to La
 
 from __future__ import annotations
 
-from .bundling import SKIP_BUNDLING_CONTEXT, SKIP_BUNDLING_ENV, context_flag
-from .service import BideService
+try:
+    from .bundling import SKIP_BUNDLING_CONTEXT, SKIP_BUNDLING_ENV, context_flag
+    from .service import BideService
+except ModuleNotFoundError as missing:
+    # Say what to install rather than only which module the first import missed.
+    if missing.name not in {"aws_cdk", "constructs", "jsii"}:
+        raise
+    raise ModuleNotFoundError(
+        f"bide.cdk needs the cdk extra ({missing.name} is not installed): "
+        "pip install 'bide[cdk]' (from a checkout of bide: pip install '.[cdk]')",
+        name=missing.name,
+    ) from missing
 
 #: CDK feature flags the construct is written for (set them on your ``cdk.App``).
 FEATURE_FLAGS = {
