@@ -277,3 +277,36 @@ def test_synthesis_bundles_functions_and_layer_without_docker(tmp_path, monkeypa
     module, bide_file = done.stdout.split()
     assert module == "bide.handlers.worker"
     assert Path(bide_file).is_relative_to(code)
+
+
+def test_the_construct_example_of_the_deploy_docs_synthesizes(tmp_path):
+    """docs/deploy.md's own-tools example, as written (bundling skipped)."""
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    section = docs[docs.index("## Your own tools") :]
+    example = section[section.index("```python\n") + 10 : section.index("```\n", 10)]
+    assert "from bide.cdk import FEATURE_FLAGS, BideService" in example
+    (tmp_path / "my_tools").mkdir()
+    (tmp_path / "my_tools" / "app.py").write_text("app = None\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "shared"),
+        "CDK_OUTDIR": str(tmp_path / "out"),
+        SKIP_BUNDLING_ENV: "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", example],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    template = json.loads((tmp_path / "out" / "MyAgents.template.json").read_text())
+    variables = [
+        r["Properties"]["Environment"]["Variables"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::Lambda::Function"
+    ]
+    assert len(variables) == 3
+    assert all(v["BIDE_APP"] == "my_tools.app:app" and v["MODEL_ID"] for v in variables)
