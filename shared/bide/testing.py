@@ -36,9 +36,10 @@ async def deliver_webhook(
     """POST ``body`` (any JSON value) to ``url``, a webhook minted in ``harness``'s session,
     as the webhook route would: the URL's token must be bound, a signed binding needs
     ``headers`` (``X-Bide-Timestamp``, ``X-Bide-Signature`` over ``json.dumps(body)``), and
-    the signal must be one of ``app``'s. Raises :class:`~bide.tools.webhooks.WebhookRejected` (with the route's
-    status) otherwise; the decision says ``delivered``, ``duplicate``, ``invalid`` (and
-    which fields failed) or ``closed``. Run the harness afterwards to resume the task."""
+    the signal must be one of ``app``'s. Raises
+    :class:`~bide.tools.webhooks.WebhookRejected` (with the route's status) otherwise; the
+    decision says ``delivered``, ``duplicate``, ``invalid`` (and which fields failed) or
+    ``closed``. Run the harness afterwards to resume the task."""
     session_id, secret = parse_token(url.rstrip("/").rsplit("/", 1)[-1])
     found = harness.get_doc(binding_key(secret)) if session_id == harness.session_id else None
     if found is None:
