@@ -84,7 +84,7 @@ NOT_FOUND = (
 )
 
 # Stated assumptions (not measured): how long each function runs per invocation, at the stack's
-# default memory sizes (infra/bide_stack/service.py: worker 1024 MB, signal/api 512 MB).
+# default memory sizes (bide/cdk/service.py: worker 1024 MB, signal/api 512 MB).
 DURATION_MS = {"worker": 150, "signal": 50, "api": 50}
 MEMORY_MB = {"worker": 1024, "signal": 512, "api": 512}
 # A durable function's resume invocation is priced like Bide's worker (same memory and

@@ -1,4 +1,5 @@
-"""The repository's CDK app: one BideStack deploying the example agent.
+"""The repository's CDK app: one BideStack deploying the example agent (the construct is
+``bide.cdk.BideService``; your own app imports it from there, see docs/deploy.md).
 
     npx cdk synth                      # cdk.json runs this file
     CDK_OUTDIR=out python infra/app.py # the same without the CLI
@@ -18,9 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "shared"))
 
 import aws_cdk as cdk  # noqa: E402
-from bide_stack import DEFAULT_APP_MODULE, FEATURE_FLAGS, BideStack  # noqa: E402
-from bide_stack.bundling import context_flag  # noqa: E402
+from bide_stack import DEFAULT_APP_MODULE, BideStack  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
+
+from bide.cdk import FEATURE_FLAGS, context_flag  # noqa: E402
 
 
 def build_app() -> cdk.App:

@@ -1,6 +1,6 @@
 """The Lambda adapters and their configuration: importing needs no environment, settings are
 validated once with messages naming each variable, deps are built lazily and once, tracing is
-opt-in, and each functions/<name>/handler.py works end to end against moto."""
+opt-in, and each handler of bide.handlers works end to end against moto."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def python(code: str, **extra_env: str) -> str:
 def test_handlers_import_without_any_environment_and_without_xray() -> None:
     code = (
         "import sys\n"
-        "import functions.worker.handler, functions.signal.handler, functions.api.handler\n"
+        "import bide.handlers.worker, bide.handlers.signal, bide.handlers.api\n"
         "heavy = ('aws_xray_sdk', 'aws_xray_sdk.core', 'boto3')\n"
         "print(sorted(m for m in heavy if m in sys.modules))"
     )
@@ -85,7 +85,7 @@ def test_handlers_import_without_any_environment_and_without_xray() -> None:
 
 
 def test_tracing_is_opt_in() -> None:
-    code = "import sys, functions.worker.handler; print('aws_xray_sdk.core' in sys.modules)"
+    code = "import sys, bide.handlers.worker; print('aws_xray_sdk.core' in sys.modules)"
     assert python(code, **{c.ENV_TRACING: "1"}) == "True"
     assert python(code, **{c.ENV_TRACING: "0"}) == "False"
 
@@ -174,9 +174,7 @@ def lambda_env(bench: Bench, monkeypatch):
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    from functions.api import handler as api
-    from functions.signal import handler as signal
-    from functions.worker import handler as worker
+    from bide.handlers import api, signal, worker
 
     modules = (api, signal, worker)
     for module in modules:

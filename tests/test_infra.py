@@ -28,8 +28,9 @@ from cfnlint.api import ManualArgs, lint_file
 
 from bide import constants as c
 from bide.aws.dynamodb import table_definition
-from infra.bide_stack import FEATURE_FLAGS, SKIP_BUNDLING_CONTEXT, BideService, BideStack
-from infra.bide_stack.service import SCHEDULE_ACTIONS, TABLE_ACTIONS
+from bide.cdk import FEATURE_FLAGS, SKIP_BUNDLING_CONTEXT, BideService
+from bide.cdk.functions import SCHEDULE_ACTIONS, TABLE_ACTIONS
+from infra.bide_stack import BideStack
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSUME_ACTIONS = {

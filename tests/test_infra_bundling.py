@@ -12,6 +12,7 @@ os.environ["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"] = "20"
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ import aws_cdk as cdk
 import pytest
 
 from bide import constants as c
-from infra.bide_stack import FEATURE_FLAGS, SKIP_BUNDLING_ENV, BideStack, bundling
+from bide.cdk import FEATURE_FLAGS, SKIP_BUNDLING_ENV, bundling
+from infra.bide_stack import BideStack
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,53 +92,107 @@ def test_installer_targets_lambdas_platform(monkeypatch, tmp_path):
         bundling.install_command(target, req, con)
 
 
-def _handler_dir(tmp_path: Path) -> Path:
-    handler = tmp_path / "functions" / "worker"
-    (handler / "__pycache__").mkdir(parents=True)
-    (handler / "handler.py").write_text("def handler(event, context):\n    return None\n")
-    (handler / "__pycache__" / "handler.cpython-312.pyc").write_bytes(b"stale")
-    return handler
+def _package(tmp_path: Path) -> Path:
+    """A copy of the bide package with leftovers a bundle must not ship."""
+    package = tmp_path / "bide"
+    shutil.copytree(ROOT / "shared" / "bide", package, ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "constants.cpython-312.pyc").write_bytes(b"stale")
+    return package
 
 
 def test_function_bundle_layout(tmp_path):
-    handler = _handler_dir(tmp_path)
+    package = _package(tmp_path)
     app = tmp_path / "my_tools"
     app.mkdir()
     (app / "tools.py").write_text("app = None\n")
-    copies = [(handler, "."), (ROOT / "shared" / "bide", "bide"), (app, "my_tools")]
+    copies = [*bundling.package_copies(package), (app, "my_tools")]
+    texts = {"handler.py": bundling.entry_module("worker")}
     out = tmp_path / "out"
-    assert bundling.CopyBundler(copies, compile_bytecode=False).try_bundle(str(out)) is True
-    assert (out / "handler.py").is_file()
+    bundler = bundling.CopyBundler(copies, compile_bytecode=False, texts=texts)
+    assert bundler.try_bundle(str(out)) is True
+    assert (out / "handler.py").read_text() == bundling.entry_module("worker")
     assert (out / "bide" / "__init__.py").is_file()
     assert (out / "bide" / "constants.py").is_file()
+    assert (out / "bide" / "handlers" / "worker.py").is_file()
     assert (out / "my_tools" / "tools.py").is_file()
+    # The CDK code and the project templates never run in Lambda.
+    assert not (out / "bide" / "cdk").exists()
+    assert not (out / "bide" / "scaffold").exists()
     assert not list(out.rglob("__pycache__"))
     assert not list(out.rglob("*.pyc"))
 
 
+def test_the_entry_module_imports_the_packaged_handler(tmp_path):
+    for name in (c.FUNCTION_WORKER, c.FUNCTION_SIGNAL, c.FUNCTION_API):
+        text = bundling.entry_module(name)
+        assert f"from bide.handlers.{name} import handler\n" in text
+        namespace: dict[str, Any] = {}
+        exec(compile(text, "handler.py", "exec"), namespace)
+        module = __import__(f"bide.handlers.{name}", fromlist=["handler"])
+        assert namespace["handler"] is module.handler
+
+
+def test_the_repositorys_functions_are_the_bundles_entry_modules():
+    # functions/<name>/handler.py is what every bundle puts at its root, so the repository's
+    # cold-start bench and a reader see exactly what Lambda imports.
+    for name in (c.FUNCTION_WORKER, c.FUNCTION_SIGNAL, c.FUNCTION_API):
+        path = ROOT / "functions" / name / "handler.py"
+        assert path.read_text() == bundling.entry_module(name), path
+
+
 def test_fingerprint_follows_every_bundled_file_and_nothing_else(tmp_path):
-    handler = _handler_dir(tmp_path)
-    bide = tmp_path / "bide"
-    shutil.copytree(ROOT / "shared" / "bide", bide)
-    copies = [(handler, "."), (bide, "bide")]
-    first = bundling.fingerprint(copies)
-    (bide / "__pycache__").mkdir(exist_ok=True)
+    bide = _package(tmp_path)
+    texts = {"handler.py": bundling.entry_module("worker")}
+    copies = bundling.package_copies(bide)
+    first = bundling.fingerprint(copies, texts=texts)
     (bide / "__pycache__" / "extra.cpython-312.pyc").write_bytes(b"cache")
-    assert bundling.fingerprint(copies) == first
-    # A change in the shared package (not only in the handler folder) changes the asset.
+    (bide / "cdk" / "notes.txt").write_text("not bundled")
+    assert bundling.fingerprint(bundling.package_copies(bide), texts=texts) == first
+    # A change in the shared package (not only in the handler module) changes the asset.
     (bide / "app.py").write_text((bide / "app.py").read_text() + "\n# changed\n")
-    assert bundling.fingerprint(copies) != first
+    assert bundling.fingerprint(copies, texts=texts) != first
+    assert bundling.fingerprint(copies, texts=texts) != bundling.fingerprint(copies)
+    other = {"handler.py": bundling.entry_module("api")}
+    assert bundling.fingerprint(copies, texts=other) != bundling.fingerprint(copies, texts=texts)
     assert bundling.fingerprint(copies, "bytecode=True") != bundling.fingerprint(copies)
 
 
 def test_bundle_paths_must_not_clash(tmp_path):
-    handler = _handler_dir(tmp_path)
     clash = tmp_path / "elsewhere" / "bide"
     clash.mkdir(parents=True)
+    package = ROOT / "shared" / "bide"
     with pytest.raises(ValueError, match="clash"):
-        bundling.Bundling(skip=False).function_code(handler, ROOT / "shared" / "bide", [clash])
-    with pytest.raises(FileNotFoundError, match=r"handler\.py"):
-        bundling.Bundling(skip=False).function_code(tmp_path / "missing", ROOT, [])
+        bundling.Bundling(skip=False).function_code("worker", package, [clash])
+    with pytest.raises(FileNotFoundError, match=r"handlers/nothing\.py"):
+        bundling.Bundling(skip=False).function_code("nothing", package, [])
+
+
+def test_sources_from_a_checkout_or_an_installed_package(tmp_path, monkeypatch):
+    assert bundling.checkout_root() == ROOT
+    assert bundling.PACKAGE_DIR == ROOT / "shared" / "bide"
+    # An installed package (site-packages/bide) has no checkout around it.
+    installed = tmp_path / "site-packages" / "bide"
+    installed.mkdir(parents=True)
+    assert bundling.checkout_root(installed) is None
+    # Nor does a shared/bide of some other project.
+    other = tmp_path / "other"
+    (other / "shared" / "bide").mkdir(parents=True)
+    (other / "pyproject.toml").write_text('[project]\nname = "not-bide"\n')
+    assert bundling.checkout_root(other / "shared" / "bide") is None
+
+    metadata = [
+        "pydantic>=2.7",
+        "boto3>=1.35",
+        "aws-lambda-powertools>=3.37",
+        'aws-cdk-lib>=2.150; extra == "cdk"',
+    ]
+    monkeypatch.setattr(bundling.importlib.metadata, "requires", lambda name: metadata)
+    # Without a checkout: the distribution's dependencies, not its extras, not boto3.
+    assert bundling.runtime_requirements(None) == ["pydantic>=2.7", "aws-lambda-powertools>=3.37"]
+    pins = bundling.installed_constraints(["pydantic>=2.7", "no-such-dist-here>=1"])
+    assert pins == [f"pydantic=={bundling.importlib.metadata.version('pydantic')}"]
+    assert bundling.lock_constraints(None) == []
 
 
 def test_skip_bundling_flag(monkeypatch):
@@ -163,10 +219,6 @@ shutil.copyfile(requirements, target / "REQUESTED.txt")
 def test_synthesis_bundles_functions_and_layer_without_docker(tmp_path, monkeypatch):
     """The real bundling path through CDK (jsii local bundlers), with a stub installer."""
     source = tmp_path / "src"
-    for name in (c.FUNCTION_WORKER, c.FUNCTION_SIGNAL, c.FUNCTION_API):
-        folder = source / "functions" / name
-        folder.mkdir(parents=True)
-        (folder / "handler.py").write_text(f"NAME = {name!r}\ndef handler(event, context): ...\n")
     shutil.copytree(ROOT / "shared" / "bide", source / "shared" / "bide")
     shutil.copyfile(ROOT / "pyproject.toml", source / "pyproject.toml")
     examples = source / "examples"
@@ -203,8 +255,58 @@ def test_synthesis_bundles_functions_and_layer_without_docker(tmp_path, monkeypa
     for fn in (service.worker, service.signal_function, service.api_function):
         code = asset_dir(fn, "Code")
         seen.add(code)
-        assert f"NAME = {fn.node.id!r}" in (code / "handler.py").read_text()
+        assert (code / "handler.py").read_text() == bundling.entry_module(fn.node.id)
+        assert (code / "bide" / "handlers" / f"{fn.node.id}.py").is_file()
         assert (code / "bide" / "constants.py").is_file()
+        assert not (code / "bide" / "cdk").exists()
         assert (code / "examples" / "agent_app.py").is_file()
         assert not (code / "python").exists()  # dependencies live in the layer only
     assert len(seen) == 3
+    # Lambda's view of a bundle: its root on sys.path, no PYTHONPATH, no repository (-I);
+    # only the third-party packages (the layer's, here this venv's) come from elsewhere.
+    probe = "import sys, handler, bide; print(handler.handler.__module__, bide.__file__)"
+    code = asset_dir(service.worker, "Code")
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(code)!r}); {probe}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    module, bide_file = done.stdout.split()
+    assert module == "bide.handlers.worker"
+    assert Path(bide_file).is_relative_to(code)
+
+
+def test_the_construct_example_of_the_deploy_docs_synthesizes(tmp_path):
+    """docs/deploy.md's own-tools example, as written (bundling skipped)."""
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    section = docs[docs.index("## Your own tools") :]
+    example = section[section.index("```python\n") + 10 : section.index("```\n", 10)]
+    assert "from bide.cdk import FEATURE_FLAGS, BideService" in example
+    (tmp_path / "my_tools").mkdir()
+    (tmp_path / "my_tools" / "app.py").write_text("app = None\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "shared"),
+        "CDK_OUTDIR": str(tmp_path / "out"),
+        SKIP_BUNDLING_ENV: "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", example],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    template = json.loads((tmp_path / "out" / "MyAgents.template.json").read_text())
+    variables = [
+        r["Properties"]["Environment"]["Variables"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::Lambda::Function"
+    ]
+    assert len(variables) == 3
+    assert all(v["BIDE_APP"] == "my_tools.app:app" and v["MODEL_ID"] for v in variables)

@@ -1,26 +1,5 @@
-"""Lambda entry point of the worker: batches of session wakes from the SQS FIFO queue (message
-group = session), answered with partial batch failures (enable ReportBatchItemFailures)."""
+"""Lambda entry point of the worker function: the handler of :mod:`bide.handlers.worker`."""
 
-from __future__ import annotations
+from bide.handlers.worker import handler
 
-import functools
-from typing import Any
-
-from bide.service.config import Settings, deps_from_env, settings_from_env
-from bide.service.deps import Deps
-from bide.service.http import handle_worker, run
-from bide.service.observability import lambda_entry
-
-
-@functools.cache
-def configured() -> tuple[Settings, Deps]:
-    """Settings and deps, built once per cold start on first use (importing needs no env)."""
-    settings = settings_from_env(require_alarms=True)  # the worker arms alarms
-    return settings, deps_from_env(settings=settings)
-
-
-@lambda_entry
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Run each woken session until parked; report the records SQS must deliver again."""
-    settings, deps = configured()
-    return run(handle_worker(deps, event, context, safety_margin_ms=settings.safety_margin_ms))
+__all__ = ["handler"]

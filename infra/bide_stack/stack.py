@@ -1,4 +1,4 @@
-"""BideStack: a stack holding one BideService and its outputs."""
+"""BideStack: a stack holding one :class:`bide.cdk.BideService` and its outputs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
-from .service import BideService
+from bide.cdk import BideService
 
 #: The example agent the repository's own app deploys.
 DEFAULT_APP_MODULE = "examples.agent_app:app"

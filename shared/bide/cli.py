@@ -2,7 +2,8 @@
 
 ``bide dev`` runs the local stack. Every other command talks HTTP to a sessions API: the local
 stack (the default, ``http://127.0.0.1:8787``) or a deployed one (``--url https://...``; its
-requests are signed with SigV4 using your AWS credentials).
+requests are signed with SigV4 using your AWS credentials). ``bide init DIR`` writes a new
+project (:mod:`bide.scaffold`) and talks to nothing.
 
 Exit codes: 0 done; 1 the server refused the request (HTTP 4xx/5xx); 2 bad usage;
 3 the server could not be reached or the request could not be made.
@@ -27,6 +28,7 @@ from .engine.clock import SystemClock
 from .engine.errors import BideError
 from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path_of
 from .local.render import render_session, when
+from .scaffold import ProjectError, create_project
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -109,6 +111,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.add_argument("--quiet", action="store_true", help="log warnings only")
 
+    init = commands.add_parser(
+        "init",
+        help="write a new project: an app with a tool and a task, tests, a CDK app",
+        description="Write a new project into DIR (new or empty): an app module with a tool "
+        "that parks on a webhook and a task that sleeps, tests for both, a demo, and a CDK "
+        "app that deploys it with BideService. See the project's README.md.",
+    )
+    init.add_argument("directory", metavar="DIR", help="the project folder (new or empty)")
+    init.add_argument(
+        "--package", help="the project's Python package (default: from DIR's name, my_agent)"
+    )
+
     create = command("create", "create a session (prints its id)")
     create.add_argument("--session-id", help="the id to use (idempotent); default: a new one")
 
@@ -144,6 +158,18 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("session")
     cancel.add_argument("task")
     return parser
+
+
+def cmd_init(args: argparse.Namespace) -> None:
+    """Write a new project (see :mod:`bide.scaffold`)."""
+    try:
+        written = create_project(args.directory, package=args.package)
+    except ProjectError as exc:
+        raise CommandFailed(str(exc), EXIT_USAGE) from None
+    for path in written:
+        print(f"  {Path(args.directory) / path}")
+    print(f"\nA new project in {args.directory}. Next:\n  cd {args.directory}")
+    print("  make demo   # the app's story, in-process\n  make test   # its tests")
 
 
 # --- commands talking to the API ---------------------------------------------------------------
@@ -368,6 +394,7 @@ async def _serve(app: Any, args: argparse.Namespace) -> None:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "dev": cmd_dev,
+    "init": cmd_init,
     "create": cmd_create,
     "submit": cmd_submit,
     "show": cmd_show,

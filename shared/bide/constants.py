@@ -14,11 +14,11 @@ ENV_WEBHOOK_BASE_URL = "BIDE_WEBHOOK_BASE_URL"  # public base URL of the HTTP AP
 ENV_TRACING = "BIDE_TRACING"  # "1" turns on the X-Ray tracer (it costs cold-start time)
 ENV_SAFETY_MARGIN_MS = "BIDE_SAFETY_MARGIN_MS"  # stop starting work this close to the timeout
 
-# Function names inside a stack (CDK construct ids and handler folders under functions/).
+# Function names inside a stack (CDK construct ids and modules of bide.handlers).
 FUNCTION_WORKER = "worker"
 FUNCTION_SIGNAL = "signal"
 FUNCTION_API = "api"
-HANDLER = "handler.handler"  # module.function inside each functions/<name>/ folder
+HANDLER = "handler.handler"  # module.function at the root of each function bundle
 
 # Limits.
 MAX_WEBHOOK_BODY_BYTES = 256 * 1024  # larger webhook bodies are refused with 413

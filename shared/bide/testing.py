@@ -4,16 +4,57 @@
 N-th commit, either before the write reaches the store or right after it did. ``Crash`` is a
 ``BaseException`` so no ``except Exception`` in engine or user code can swallow it: like a
 real process death, it unwinds everything.
+
+:func:`deliver_webhook` posts a body to a capability webhook URL a tool minted, in-process,
+with the checks of the deployed webhook route, so a test drives a parked tool the way its
+caller will.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Literal
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
+from .app import App
+from .engine.errors import DefinitionError
+from .engine.harness import Harness
 from .engine.records import TaskRecord
+from .engine.rules import SignalDecision
 from .engine.store.base import Doc, Store
 from .engine.store.wrapper import StoreWrapper
+from .tools.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token, verify
+
+
+async def deliver_webhook(
+    harness: Harness,
+    app: App,
+    url: str,
+    body: Any,
+    *,
+    headers: Mapping[str, str] | None = None,
+) -> SignalDecision:
+    """POST ``body`` (any JSON value) to ``url``, a webhook minted in ``harness``'s session,
+    as the webhook route would: the URL's token must be bound, a signed binding needs
+    ``headers`` (``X-Bide-Timestamp``, ``X-Bide-Signature`` over ``json.dumps(body)``), and
+    the signal must be one of ``app``'s. Raises
+    :class:`~bide.tools.webhooks.WebhookRejected` (with the route's status) otherwise; the
+    decision says ``delivered``, ``duplicate``, ``invalid`` (and which fields failed) or
+    ``closed``. Run the harness afterwards to resume the task."""
+    session_id, secret = parse_token(url.rstrip("/").rsplit("/", 1)[-1])
+    found = harness.get_doc(binding_key(secret)) if session_id == harness.session_id else None
+    if found is None:
+        raise WebhookRejected(404, f"unknown webhook in session {harness.session_id!r}: {url}")
+    binding = WebhookBinding.model_validate(found)
+    lowered = {k.lower(): v for k, v in (headers or {}).items()}
+    verify(binding, lowered, json.dumps(body).encode(), harness.clock.now())
+    try:
+        token = app.signal_token(binding.signal)
+    except DefinitionError:
+        raise WebhookRejected(
+            404, f"signal {binding.signal!r} is not deliverable here: list it in App(signals=...)"
+        ) from None
+    return await harness.deliver(binding.task_id, token, binding.key, body)
 
 
 class Crash(BaseException):

@@ -1,7 +1,7 @@
 """The DynamoDB table behind :class:`~bide.aws.dynamodb.DynamoDBStore`: its key schema, the
 layout of its items, DynamoDB's limits the store is sized against, and the ``CreateTable``
-request. Kept apart from the store because infrastructure code (``infra/``) declares the same
-table from :func:`table_definition`, so the deployed table and the store cannot disagree.
+request. Kept apart from the store because the CDK construct (:mod:`bide.cdk`) declares the
+same table from :func:`table_definition`, so the deployed table and the store cannot disagree.
 
 Item layout (``pk`` = session id):
 

@@ -73,7 +73,7 @@ class Route:
         return params if len(segments) == len(parts) else None
 
 
-# The routes of the deployed HTTP API (infra/bide_stack/api.py), in API Gateway's order of
+# The routes of the deployed HTTP API (bide/cdk/api.py), in API Gateway's order of
 # precedence: exact templates before greedy ones, so the signal route wins over
 # /sessions/{proxy+} exactly as it does on AWS.
 ROUTES: tuple[Route, ...] = (

@@ -35,7 +35,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 logger = Logger(service=SERVICE_NAME)
 """The services' logger (JSON lines; level from ``POWERTOOLS_LOG_LEVEL``)."""
 
-# Metric names, so dashboards and alarms (infra/) and the code agree.
+# Metric names, so dashboards and alarms (bide.cdk) and the code agree.
 WAKES = "Wakes"  # dimension reason: why a worker ran
 PARKS = "Parks"  # worker runs that ended with nothing runnable
 WORKER_ACTIONS = "WorkerActions"  # dimension action: requeued | armed | disarmed | idle

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import aws_cdk as cdk
 from constructs import IConstruct
 
-from bide.constants import WEBHOOK_TOKEN_BYTES
+from ..constants import WEBHOOK_TOKEN_BYTES
 
 if TYPE_CHECKING:
     from .service import BideService

@@ -16,7 +16,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from bide.aws.dynamodb import table_definition
+from ..aws.dynamodb import table_definition
 
 _ATTRIBUTE_TYPES = {
     "S": dynamodb.AttributeType.STRING,

@@ -24,10 +24,9 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from bide import constants as c
-
+from .. import constants as c
 from .api import ACCESS_LOG_FORMAT, Api
-from .bundling import Bundling, skip_bundling_requested
+from .bundling import Bundling, checkout_root, skip_bundling_requested
 from .functions import (
     API_TIMEOUT,
     OBJECT_ACTIONS,
@@ -57,8 +56,9 @@ __all__ = [
     "BideService",
 ]
 
-#: The repository this package lives in: ``functions/``, ``shared/bide``, pyproject.toml.
-DEFAULT_SOURCE_ROOT = Path(__file__).resolve().parents[2]
+#: The repository checkout this package lives in (``shared/bide``, pyproject.toml,
+#: requirements.lock.txt), or None when bide is an installed distribution.
+DEFAULT_SOURCE_ROOT = checkout_root()
 
 
 class BideService(Construct):
@@ -66,8 +66,10 @@ class BideService(Construct):
 
     ``app_paths`` are folders or files copied into every function next to ``bide/`` so that
     ``app_module`` can be imported there (``examples`` for ``examples.agent_app:app``, or your
-    own package). ``source_root`` is where ``functions/``, ``shared/bide``, pyproject.toml and
-    requirements.lock.txt are found (default: this repository).
+    own package). ``source_root`` is a checkout of the bide repository to bundle from
+    (``shared/bide``, and pyproject.toml and requirements.lock.txt for the layer); by default
+    the checkout this package was imported from, or for an installed bide the package itself
+    with its declared dependencies pinned to the versions installed here.
     """
 
     def __init__(
@@ -96,6 +98,8 @@ class BideService(Construct):
         if not module or not attribute:
             raise ValueError(f"app_module must look like 'package.module:app', not {app_module!r}")
         root = Path(source_root).resolve() if source_root else DEFAULT_SOURCE_ROOT
+        if root is not None and not (root / "shared" / "bide").is_dir():
+            raise FileNotFoundError(f"source_root {root} has no shared/bide package to bundle")
         paths = [Path(p).resolve() for p in app_paths]
         missing = [str(p) for p in paths if not p.exists()]
         if missing:

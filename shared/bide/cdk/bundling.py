@@ -2,10 +2,18 @@
 
 CDK's ``BundlingOptions(local=...)`` runs these bundlers on the synthesizing machine:
 
-* each function's code asset = its handler folder + the ``bide`` package + the app's own
-  modules (copied, no install);
+* each function's code asset = a two-line ``handler.py`` that imports the function's handler
+  from :mod:`bide.handlers`, the ``bide`` package (less :mod:`bide.cdk` and
+  :mod:`bide.scaffold`, which never run in Lambda) + the app's own modules (copied, no
+  install);
 * one shared layer = the runtime dependencies, installed for Lambda's platform
   (``manylinux2014_aarch64``, CPython 3.12) with ``uv pip`` or ``pip`` into ``python/``.
+
+Both come from the ``bide`` this module belongs to: in a checkout of the repository
+(``shared/bide`` beside a ``pyproject.toml`` naming the project ``bide``) the layer's
+requirements are the project's dependencies, pinned by its ``requirements.lock.txt``; from an
+installed distribution they are the distribution's dependencies, pinned to the versions
+installed here.
 
 Asset hashes are computed from the inputs (file contents, requirements, target platform), so
 an unchanged asset is not rebuilt in the same ``cdk.out`` and nothing nondeterministic leaks
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -26,7 +35,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +66,15 @@ TRACING_REQUIREMENTS = ("aws-xray-sdk",)
 _BUNDLE_FORMAT = "1"
 _IGNORED = ("__pycache__", "*.pyc", "*.pyo", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 _PLACEHOLDER_DIR = Path(__file__).resolve().parent / "placeholder"
+# The placeholder folder is a package of bide (so the layering checks see it); the asset is
+# its handler.py alone.
+_PLACEHOLDER_EXCLUDE = ["__init__.py", "__pycache__"]
+
+#: The ``bide`` package this construct belongs to: what every function bundle ships.
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+#: Folders of the package that are not bundled: the CDK code and the project templates.
+NOT_BUNDLED = frozenset({"cdk", "scaffold"})
+DISTRIBUTION = "bide"
 
 
 def truthy(value: object) -> bool:
@@ -91,14 +109,36 @@ def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def checkout_root(package_dir: Path = PACKAGE_DIR) -> Path | None:
+    """The repository checkout ``package_dir`` lives in (``<root>/shared/bide`` beside a
+    ``pyproject.toml`` of the project ``bide``), or None for an installed package."""
+    root = package_dir.parent.parent
+    pyproject = root / "pyproject.toml"
+    if package_dir.parent.name != "shared" or not pyproject.is_file():
+        return None
+    project = tomllib.loads(pyproject.read_text()).get("project", {})
+    return root if project.get("name") == DISTRIBUTION else None
+
+
+def _installed_requirements() -> list[str]:
+    # The installed distribution's own dependencies; those of an extra (``bide[cdk]``) are
+    # for the synthesizing machine, not for Lambda.
+    try:
+        declared = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        return list(DEFAULT_REQUIREMENTS)
+    return [r for r in declared if not re.search(r";.*\bextra\s*==", r)]
+
+
 def runtime_requirements(
-    source_root: Path, *, tracing: bool = False, extra: Iterable[str] = ()
+    source_root: Path | None, *, tracing: bool = False, extra: Iterable[str] = ()
 ) -> list[str]:
-    """The layer's requirements: the project's runtime dependencies (from pyproject.toml)
-    minus what the Lambda runtime provides, plus the X-Ray SDK when tracing, plus ``extra``."""
-    pyproject = source_root / "pyproject.toml"
-    declared: list[str] = list(DEFAULT_REQUIREMENTS)
-    if pyproject.is_file():
+    """The layer's requirements: the project's runtime dependencies (from ``source_root``'s
+    pyproject.toml, else from the installed distribution's metadata) minus what the Lambda
+    runtime provides, plus the X-Ray SDK when tracing, plus ``extra``."""
+    declared = _installed_requirements() if source_root is None else list(DEFAULT_REQUIREMENTS)
+    pyproject = None if source_root is None else source_root / "pyproject.toml"
+    if pyproject is not None and pyproject.is_file():
         project = tomllib.loads(pyproject.read_text()).get("project", {})
         declared = list(project.get("dependencies", declared))
     wanted = [r for r in declared if _requirement_name(r) not in _RUNTIME_PROVIDED_NAMES]
@@ -108,12 +148,12 @@ def runtime_requirements(
     return wanted
 
 
-def lock_constraints(source_root: Path) -> list[str]:
+def lock_constraints(source_root: Path | None) -> list[str]:
     """``name==version`` pins from the project's hashed lock file, used as constraints so the
     layer gets the versions the tests ran with. Names pinned twice (per-marker variants) are
     left unpinned: markers would be judged against this machine's Python, not Lambda's."""
-    lock = source_root / "requirements.lock.txt"
-    if not lock.is_file():
+    lock = None if source_root is None else source_root / "requirements.lock.txt"
+    if lock is None or not lock.is_file():
         return []
     pins: dict[str, str] = {}
     seen_twice: set[str] = set()
@@ -128,8 +168,46 @@ def lock_constraints(source_root: Path) -> list[str]:
     return [pin for name, pin in sorted(pins.items()) if name not in seen_twice]
 
 
-def fingerprint(copies: Sequence[tuple[Path, str]], *salt: str) -> str:
-    """A content hash of every file that a copy bundle will contain (paths and bytes)."""
+def installed_constraints(requirements: Iterable[str]) -> list[str]:
+    """``name==version`` for each requirement installed here: without a lock file (an
+    installed bide), the layer gets the versions this machine runs."""
+    pins = []
+    for requirement in requirements:
+        name = _requirement_name(requirement)
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return sorted(pins)
+
+
+def package_copies(package_dir: Path) -> list[tuple[Path, str]]:
+    """The copies that put ``package_dir`` into a bundle as ``bide/``, less :data:`NOT_BUNDLED`."""
+    return [
+        (child, f"bide/{child.name}")
+        for child in sorted(package_dir.iterdir())
+        if child.name not in NOT_BUNDLED and not _ignored(Path(child.name))
+    ]
+
+
+def entry_module(function: str) -> str:
+    """The ``handler.py`` at the root of ``function``'s bundle (Lambda's ``handler.handler``);
+    the repository's ``functions/<function>/handler.py`` is this text."""
+    return (
+        f'"""Lambda entry point of the {function} function: the handler of '
+        f':mod:`bide.handlers.{function}`."""\n'
+        "\n"
+        f"from bide.handlers.{function} import handler\n"
+        "\n"
+        '__all__ = ["handler"]\n'
+    )
+
+
+def fingerprint(
+    copies: Sequence[tuple[Path, str]], *salt: str, texts: Mapping[str, str] | None = None
+) -> str:
+    """A content hash of every file that a copy bundle will contain (paths and bytes),
+    ``texts`` (destination -> content) included."""
     digest = hashlib.sha256()
     for part in (_BUNDLE_FORMAT, *salt):
         digest.update(part.encode() + b"\0")
@@ -137,6 +215,9 @@ def fingerprint(copies: Sequence[tuple[Path, str]], *salt: str) -> str:
         for path, relative in sorted(_files(source, destination), key=lambda item: item[1]):
             digest.update(relative.encode() + b"\0")
             digest.update(hashlib.sha256(path.read_bytes()).digest())
+    for destination, text in sorted((texts or {}).items()):
+        digest.update(str(Path(destination)).encode() + b"\0")
+        digest.update(hashlib.sha256(text.encode()).digest())
     return digest.hexdigest()
 
 
@@ -163,10 +244,18 @@ def _ignored(relative: Path) -> bool:
 @jsii.implements(cdk.ILocalBundling)
 class CopyBundler:
     """Copies source folders/files into the asset: ``(source, destination)``; destination
-    ``"."`` puts a folder's contents at the asset root."""
+    ``"."`` puts a folder's contents at the asset root. ``texts`` (destination -> content)
+    are written as files."""
 
-    def __init__(self, copies: Sequence[tuple[Path, str]], *, compile_bytecode: bool) -> None:
+    def __init__(
+        self,
+        copies: Sequence[tuple[Path, str]],
+        *,
+        compile_bytecode: bool,
+        texts: Mapping[str, str] | None = None,
+    ) -> None:
         self.copies = list(copies)
+        self.texts = dict(texts or {})
         self.compile_bytecode = compile_bytecode
 
     def try_bundle(self, output_dir: str, *_options: Any, **_kw: Any) -> bool:
@@ -181,6 +270,10 @@ class CopyBundler:
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, target)
+        for destination, text in self.texts.items():
+            target = (out / destination).resolve()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
         if self.compile_bytecode:
             _compile(out)
         return True
@@ -328,35 +421,34 @@ class Bundling:
         return True
 
     def function_code(
-        self, handler_dir: Path, bide_dir: Path, app_paths: Sequence[Path]
+        self, function: str, package_dir: Path, app_paths: Sequence[Path]
     ) -> lambda_.Code:
-        """The handler folder's files at the asset root, ``bide/`` and each app path."""
+        """``handler.py`` (:func:`entry_module`) at the asset root, the package at
+        ``package_dir`` as ``bide/`` and each app path under its own name."""
         if self.skip:
-            # Nothing runs from this template: tolerate a handler folder that does not exist
-            # yet, so templates can be tested while the functions are being written.
-            source = handler_dir if handler_dir.is_dir() else _PLACEHOLDER_DIR
-            return lambda_.Code.from_asset(str(source))
-        if not (handler_dir / "handler.py").is_file():
+            return _placeholder()
+        if not (package_dir / "handlers" / f"{function}.py").is_file():
             raise FileNotFoundError(
-                f"no handler.py in {handler_dir}; bundling needs the function's code "
+                f"no handlers/{function}.py in {package_dir}; bundling needs the bide package "
                 f"(or synthesize a template only with -c {SKIP_BUNDLING_CONTEXT}=true)"
             )
-        copies = [(handler_dir, "."), (bide_dir, "bide"), *((p, p.name) for p in app_paths)]
-        _check_disjoint(handler_dir, [name for _, name in copies[1:]])
+        copies = [*package_copies(package_dir), *((p, p.name) for p in app_paths)]
+        texts = {"handler.py": entry_module(function)}
+        _check_disjoint(["bide", *texts, *(p.name for p in app_paths)])
         return lambda_.Code.from_asset(
-            str(handler_dir),
-            asset_hash=fingerprint(copies, f"bytecode={self.bytecode}"),
+            str(_PLACEHOLDER_DIR),
+            asset_hash=fingerprint(copies, f"bytecode={self.bytecode}", texts=texts),
             asset_hash_type=cdk.AssetHashType.CUSTOM,
             bundling=cdk.BundlingOptions(
                 image=RUNTIME.bundling_image,
-                local=CopyBundler(copies, compile_bytecode=self.bytecode),
+                local=CopyBundler(copies, compile_bytecode=self.bytecode, texts=texts),
             ),
         )
 
     def layer_code(self, requirements: Sequence[str], constraints: Sequence[str]) -> lambda_.Code:
         """The dependencies under ``python/`` (where Lambda puts layers on ``sys.path``)."""
         if self.skip:
-            return lambda_.Code.from_asset(str(_PLACEHOLDER_DIR))
+            return _placeholder()
         salt = [PIP_PLATFORM, PYTHON_VERSION, f"bytecode={self.bytecode}", *requirements, "--"]
         return lambda_.Code.from_asset(
             str(_PLACEHOLDER_DIR),
@@ -369,7 +461,13 @@ class Bundling:
         )
 
 
-def _check_disjoint(handler_dir: Path, names: Sequence[str]) -> None:
-    clashes = sorted({n for n in names if (handler_dir / n).exists() or names.count(n) > 1})
+def _placeholder() -> lambda_.Code:
+    # Nothing runs from a template synthesized without bundling: every function and the
+    # layer get the stand-in, whose handler says so.
+    return lambda_.Code.from_asset(str(_PLACEHOLDER_DIR), exclude=_PLACEHOLDER_EXCLUDE)
+
+
+def _check_disjoint(names: Sequence[str]) -> None:
+    clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
         raise ValueError(f"asset paths clash inside the function bundle: {', '.join(clashes)}")

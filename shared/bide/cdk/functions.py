@@ -20,9 +20,16 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from bide import constants as c
-
-from .bundling import ARCHITECTURE, RUNTIME, Bundling, lock_constraints, runtime_requirements
+from .. import constants as c
+from .bundling import (
+    ARCHITECTURE,
+    PACKAGE_DIR,
+    RUNTIME,
+    Bundling,
+    installed_constraints,
+    lock_constraints,
+    runtime_requirements,
+)
 from .storage import Storage
 from .wake import SCHEDULER_PRINCIPAL, WakePath
 
@@ -62,9 +69,9 @@ class Functions:
     functions, each with ``<name>-logs`` and ``<name>-role``, granted on ``storage`` and
     ``wake``.
 
-    Code comes from ``source_root`` (``functions/<name>``, ``shared/bide``) plus
-    ``app_paths``; ``environment`` is given to all three (the worker also gets its safety
-    margin).
+    Code comes from ``source_root``'s ``shared/bide`` (a checkout of the repository; None:
+    the installed package) plus ``app_paths``; ``environment`` is given to all three (the
+    worker also gets its safety margin).
     """
 
     def __init__(
@@ -72,7 +79,7 @@ class Functions:
         scope: Construct,
         *,
         bundling: Bundling,
-        source_root: Path,
+        source_root: Path | None,
         app_paths: Sequence[Path],
         extra_requirements: Sequence[str],
         environment: Mapping[str, str],
@@ -89,25 +96,28 @@ class Functions:
         self._tracing = tracing
         self._storage = storage
         self._wake = wake
+        requirements = runtime_requirements(source_root, tracing=tracing, extra=extra_requirements)
+        constraints = (
+            installed_constraints(requirements)
+            if source_root is None
+            else lock_constraints(source_root)
+        )
         self.layer = lambda_.LayerVersion(
             scope,
             "Dependencies",
-            code=bundling.layer_code(
-                runtime_requirements(source_root, tracing=tracing, extra=extra_requirements),
-                lock_constraints(source_root),
-            ),
+            code=bundling.layer_code(requirements, constraints),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
             description="bide runtime dependencies (pydantic, Powertools) for python3.12 arm64",
         )
-        bide_dir = source_root / "shared" / "bide"
+        package_dir = PACKAGE_DIR if source_root is None else source_root / "shared" / "bide"
 
         def function(
             name: str, timeout: cdk.Duration, memory: int, **extra: str
         ) -> lambda_.Function:
             return self._function(
                 name,
-                code=bundling.function_code(source_root / "functions" / name, bide_dir, app_paths),
+                code=bundling.function_code(name, package_dir, app_paths),
                 timeout=timeout,
                 memory_size=memory,
                 environment={**environment, **extra},
