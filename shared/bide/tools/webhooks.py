@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from .api import ToolExecutionApi
 
 
+WEBHOOK_MEMO_PREFIX = "bide.webhook."
+"""A tool's minted secret is memoized as ``bide.webhook.<signal>/<key>`` (the sessions API
+lists live webhooks from these memos: :mod:`bide.service.hooks`)."""
+
+
 class WebhookBinding(BaseModel):
     """Where a webhook's body goes, and how its sender proves itself."""
 
@@ -113,7 +118,7 @@ async def mint_webhook(
     same URL (memoized)."""
     rt = api._rt
     secret = await api.memo(
-        f"bide.webhook.{token.name}/{key}", secrets.token_hex(WEBHOOK_TOKEN_BYTES)
+        f"{WEBHOOK_MEMO_PREFIX}{token.name}/{key}", secrets.token_hex(WEBHOOK_TOKEN_BYTES)
     )
     binding = WebhookBinding(
         session_id=rt.session_id,
