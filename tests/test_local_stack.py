@@ -530,6 +530,11 @@ def start_dev(port: int, db: str, log: Path) -> subprocess.Popen[str]:
     if "listening on" not in line:
         proc.kill()
         raise AssertionError(f"bide dev did not start: {line!r}\n{log.read_text()}")
+    # The second line tells a person where the console is. It is printed right after the
+    # first with nothing in between (and may already sit in the pipe's read buffer, where
+    # select cannot see it), so reading it cannot block.
+    console = proc.stdout.readline()
+    assert console == f"bide dev: console at http://127.0.0.1:{port}/_console\n", console
     return proc
 
 
