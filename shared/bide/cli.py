@@ -355,7 +355,7 @@ def cmd_watch(args: argparse.Namespace) -> None:
         )
     except WatchRefused as exc:
         raise CommandFailed(str(exc), EXIT_REFUSED) from None
-    if idle:
+    if idle and not args.json:
         print(f"session {args.session} is idle: no live task, no run going", flush=True)
     else:
         raise CommandFailed(

@@ -56,7 +56,9 @@ function why(response) {
   if (d && typeof d === "object") {
     if (d.error || d.message) return `HTTP ${response.status}: ${d.error || d.message}`;
     if (Array.isArray(d.detail)) {
-      return `HTTP ${response.status}: ` + d.detail.map((e) => `${e.loc.join(".")}: ${e.msg}`).join("; ");
+      return (
+        `HTTP ${response.status}: ` + d.detail.map((e) => `${e.loc.join(".")}: ${e.msg}`).join("; ")
+      );
     }
   }
   return `HTTP ${response.status}`;
@@ -99,7 +101,8 @@ function time(at, format) {
 
 function renderTime(node) {
   const at = Number(node.dataset.at);
-  node.textContent = node.dataset.format === "relative" ? relative(at) : `${utc(at)} (${relative(at)})`;
+  node.textContent =
+    node.dataset.format === "relative" ? relative(at) : `${utc(at)} (${relative(at)})`;
 }
 
 function tick() {
@@ -114,7 +117,9 @@ function callText(tool) {
   const args = tool.arguments;
   let shown;
   if (args && typeof args === "object" && !Array.isArray(args)) {
-    shown = Object.entries(args).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ");
+    shown = Object.entries(args)
+      .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+      .join(", ");
   } else {
     shown = args === undefined || args === null ? "" : JSON.stringify(args);
   }
@@ -148,7 +153,9 @@ function notice(text, bad) {
   state.notices = [{ text, bad, at: now() }, ...state.notices].slice(0, 4);
   const list = document.getElementById("notices");
   if (!list) return;
-  list.replaceChildren(...state.notices.map((n) => el("li", { class: n.bad ? "bad" : null, text: n.text })));
+  list.replaceChildren(
+    ...state.notices.map((n) => el("li", { class: n.bad ? "bad" : null, text: n.text })),
+  );
 }
 
 // --- the stack and the session list ---------------------------------------------------------
@@ -183,7 +190,9 @@ function drawSessions(sessions) {
         badge(s.state),
         " ",
         el("span", { class: "meta", text: meta.join(" · ") }),
-        s.alarm_at ? el("span", { class: "meta" }, " · alarm ", time(s.alarm_at, "relative")) : null,
+        s.alarm_at
+          ? el("span", { class: "meta" }, " · alarm ", time(s.alarm_at, "relative"))
+          : null,
       );
       return el("li", {}, item);
     }),
@@ -206,30 +215,25 @@ function show(sessionId) {
     pane.replaceChildren(el("p", { class: "empty", text: "Select a session on the left." }));
     return;
   }
-  const input = el("input", { type: "text", id: "message", placeholder: "Send a message to the agent…", "aria-label": "message" });
-  const send = el("form", { class: "send", id: "send" }, input, el("button", { type: "submit", class: "primary", text: "Send" }));
-  send.addEventListener("submit", async (event) => {
+  // The pane's layout is the page's <template>; only the data is drawn here.
+  pane.replaceChildren(document.getElementById("session-pane").content.cloneNode(true));
+  pane.querySelector(".session-head h2").textContent = sessionId;
+  const input = document.getElementById("message");
+  document.getElementById("send").addEventListener("submit", async (event) => {
     event.preventDefault();
     const content = input.value.trim();
     if (!content) return;
     const requestId = "console-" + Math.random().toString(36).slice(2, 12);
-    const r = await call("POST", `/sessions/${seg(sessionId)}/inputs`, { content, request_id: requestId });
+    const r = await call("POST", `/sessions/${seg(sessionId)}/inputs`, {
+      content,
+      request_id: requestId,
+    });
     if (r.ok) {
       input.value = "";
       notice(`message sent: submission ${r.data.id} ${r.data.status}`);
     } else notice(`message refused: ${why(r)}`, true);
     poll();
   });
-  pane.replaceChildren(
-    el("div", { class: "session-head" }, el("h2", { text: sessionId }), el("span", { id: "session-badges" })),
-    send,
-    el("ul", { class: "notices", id: "notices" }),
-    el("div", { class: "panel", id: "needs-you" }, el("h3", { text: "Waiting for you" }), el("div", { class: "cards", id: "asks" }), el("div", { id: "needs-you-empty" })),
-    el("div", { class: "panel" }, el("h3", { text: "Tasks" }), el("div", { id: "tasks" })),
-    el("div", { class: "panel" }, el("h3", { text: "Wakes and alarms" }), el("div", { id: "schedule" })),
-    el("div", { class: "panel", id: "background-panel", hidden: true }, el("h3", { text: "Background tasks" }), el("div", { id: "background" })),
-    el("div", { class: "panel" }, el("h3", { text: "Transcript" }), el("div", { id: "transcript" })),
-  );
   state.notices = [];
   poll();
 }
@@ -237,7 +241,12 @@ function show(sessionId) {
 // --- one session ----------------------------------------------------------------------------
 
 function drawBadges(view, local) {
-  const badges = [badge(view.running ? "conversation running" : "conversation idle", view.running ? "running" : "idle")];
+  const badges = [
+    badge(
+      view.running ? "conversation running" : "conversation idle",
+      view.running ? "running" : "idle",
+    ),
+  ];
   if (local && local.worker_running) badges.push(badge("worker running", "running"));
   document.getElementById("session-badges").replaceChildren(...badges);
 }
@@ -247,17 +256,28 @@ function drawBadges(view, local) {
 function drawNeeds(sessionId, workflow) {
   const box = document.getElementById("asks");
   const items = [
-    ...(workflow.asks || []).map((a) => ({ key: "ask:" + a.id, build: () => askCard(sessionId, a) })),
-    ...(workflow.approvals || []).map((a) => ({ key: "approval:" + a.id, build: () => approvalCard(sessionId, a) })),
-    ...(workflow.authorizations || []).map((a) => ({ key: "auth:" + a.id, build: () => signInCard(sessionId, a) })),
+    ...(workflow.asks || []).map((a) => ({
+      key: "ask:" + a.id,
+      build: () => askCard(sessionId, a),
+    })),
+    ...(workflow.approvals || []).map((a) => ({
+      key: "approval:" + a.id,
+      build: () => approvalCard(sessionId, a),
+    })),
+    ...(workflow.authorizations || []).map((a) => ({
+      key: "auth:" + a.id,
+      build: () => signInCard(sessionId, a),
+    })),
   ];
   const wanted = new Set(items.map((i) => i.key));
   for (const card of [...box.children]) if (!wanted.has(card.dataset.key)) card.remove();
   const present = new Set([...box.children].map((c) => c.dataset.key));
   for (const item of items) if (!present.has(item.key)) box.append(item.build());
-  document.getElementById("needs-you-empty").replaceChildren(
-    items.length ? "" : el("p", { class: "empty", text: "Nothing waits for you." }),
-  );
+  document
+    .getElementById("needs-you-empty")
+    .replaceChildren(
+      items.length ? "" : el("p", { class: "empty", text: "Nothing waits for you." }),
+    );
 }
 
 function settle(card, ok, text) {
@@ -271,7 +291,14 @@ function settle(card, ok, text) {
 function askCard(sessionId, ask) {
   const card = el("div", { class: "card ask", data: { key: "ask:" + ask.id, ask: ask.id } });
   const freeform = ask.allow_freeform || !ask.options.length;
-  const text = freeform ? el("input", { type: "text", class: "answer-text", placeholder: "Your answer", "aria-label": "answer" }) : null;
+  const text = freeform
+    ? el("input", {
+        type: "text",
+        class: "answer-text",
+        placeholder: "Your answer",
+        "aria-label": "answer",
+      })
+    : null;
   async function answer(optionId) {
     const body = {};
     if (optionId) body.option_id = optionId;
@@ -290,25 +317,59 @@ function askCard(sessionId, ask) {
     poll();
   }
   const buttons = ask.options.map((o) =>
-    el("button", { type: "button", class: o.style === "default" ? null : o.style, title: o.description || null, onclick: () => answer(o.id), text: o.label || o.id }),
+    el("button", {
+      type: "button",
+      class: o.style === "default" ? null : o.style,
+      title: o.description || null,
+      onclick: () => answer(o.id),
+      text: o.label || o.id,
+    }),
   );
   card.append(
-    el("div", { class: "card-head" }, badge("question", "needs-you"), `${ask.tool} · task `, el("code", { text: ask.task_id }), " · asked ", time(ask.created_at, "relative")),
+    el(
+      "div",
+      { class: "card-head" },
+      badge("question", "needs-you"),
+      `${ask.tool} · task `,
+      el("code", { text: ask.task_id }),
+      " · asked ",
+      time(ask.created_at, "relative"),
+    ),
     el("p", { class: "prompt", text: ask.prompt }),
-    el("div", { class: "actions" }, ...buttons, text, freeform ? el("button", { type: "button", class: "primary", onclick: () => answer(null), text: "Send answer" }) : null),
+    el(
+      "div",
+      { class: "actions" },
+      ...buttons,
+      text,
+      freeform
+        ? el("button", {
+            type: "button",
+            class: "primary",
+            onclick: () => answer(null),
+            text: "Send answer",
+          })
+        : null,
+    ),
     el("p", { class: "result" }),
   );
   return card;
 }
 
 function approvalCard(sessionId, approval) {
-  const card = el("div", { class: "card approval", data: { key: "approval:" + approval.id, approval: approval.id } });
+  const card = el("div", {
+    class: "card approval",
+    data: { key: "approval:" + approval.id, approval: approval.id },
+  });
   const note = el("input", { type: "text", placeholder: "Note (optional)", "aria-label": "note" });
   async function decide(approved) {
     for (const b of card.querySelectorAll("button")) b.disabled = true;
     const body = { approved, by: "console" };
     if (note.value.trim()) body.note = note.value.trim();
-    const r = await call("POST", `/sessions/${seg(sessionId)}/approvals/${seg(approval.id)}/decide`, body);
+    const r = await call(
+      "POST",
+      `/sessions/${seg(sessionId)}/approvals/${seg(approval.id)}/decide`,
+      body,
+    );
     const result = r.ok ? r.data.result : null;
     if (result === "decided") {
       settle(card, true, approved ? "Approved: the call runs." : "Denied: the call is blocked.");
@@ -320,24 +381,52 @@ function approvalCard(sessionId, approval) {
     poll();
   }
   card.append(
-    el("div", { class: "card-head" }, badge("approval", "active"), `${approval.tool} · ${approval.subject} · call `, el("code", { text: approval.call_task }),
-      approval.deadline ? el("span", {}, " · deadline ", time(approval.deadline)) : null),
+    el(
+      "div",
+      { class: "card-head" },
+      badge("approval", "active"),
+      `${approval.tool} · ${approval.subject} · call `,
+      el("code", { text: approval.call_task }),
+      approval.deadline ? el("span", {}, " · deadline ", time(approval.deadline)) : null,
+    ),
     el("pre", { class: "args", text: JSON.stringify(approval.arguments, null, 2) }),
-    el("div", { class: "actions" },
-      el("button", { type: "button", class: "primary", onclick: () => decide(true), text: "Approve" }),
+    el(
+      "div",
+      { class: "actions" },
+      el("button", {
+        type: "button",
+        class: "primary",
+        onclick: () => decide(true),
+        text: "Approve",
+      }),
       el("button", { type: "button", class: "danger", onclick: () => decide(false), text: "Deny" }),
-      note),
+      note,
+    ),
     el("p", { class: "result" }),
   );
   return card;
 }
 
 function signInCard(sessionId, auth) {
-  return el("div", { class: "card", data: { key: "auth:" + auth.id } },
-    el("div", { class: "card-head" }, badge("sign-in", "needs-you"), `${auth.tool} · step ${auth.step} · task `, el("code", { text: auth.task_id })),
+  return el(
+    "div",
+    { class: "card", data: { key: "auth:" + auth.id } },
+    el(
+      "div",
+      { class: "card-head" },
+      badge("sign-in", "needs-you"),
+      `${auth.tool} · step ${auth.step} · task `,
+      el("code", { text: auth.task_id }),
+    ),
     el("p", { class: "prompt", text: `The run needs a sign-in with ${auth.provider}.` }),
-    el("p", { class: "empty" }, "The provider's callback completes it: ",
-      el("code", { text: `POST /sessions/${sessionId}/authorizations/${auth.id}/complete {"token": ...}` })),
+    el(
+      "p",
+      { class: "empty" },
+      "The provider's callback completes it: ",
+      el("code", {
+        text: `POST /sessions/${sessionId}/authorizations/${auth.id}/complete {"token": ...}`,
+      }),
+    ),
     el("p", { class: "result" }),
   );
 }
@@ -345,7 +434,10 @@ function signInCard(sessionId, auth) {
 function drawTasks(data) {
   const { tasks, hooks, progress, people } = data;
   const box = document.getElementById("tasks");
-  if (!tasks.length) return box.replaceChildren(el("p", { class: "empty", text: "No live tasks: nothing runs and nothing waits." }));
+  if (!tasks.length)
+    return box.replaceChildren(
+      el("p", { class: "empty", text: "No live tasks: nothing runs and nothing waits." }),
+    );
   const ids = new Set(tasks.map((t) => t.id));
   const children = new Map();
   for (const task of tasks) {
@@ -353,13 +445,30 @@ function drawTasks(data) {
     if (!children.has(owner)) children.set(owner, []);
     children.get(owner).push(task);
   }
-  const byTask = (list) => list.reduce((m, x) => m.set(x.task_id, [...(m.get(x.task_id) || []), x]), new Map());
+  const byTask = (list) =>
+    list.reduce((m, x) => m.set(x.task_id, [...(m.get(x.task_id) || []), x]), new Map());
   const hooksOf = byTask(hooks);
   const progressOf = byTask(progress);
   const peopleOf = byTask(people);
   function branch(owner) {
     const kids = children.get(owner) || [];
-    return el("ul", {}, ...kids.map((t) => el("li", { data: { task: t.id } }, taskNode(t, hooksOf.get(t.id) || [], progressOf.get(t.id) || [], peopleOf.get(t.id) || []), children.has(t.id) ? branch(t.id) : null)));
+    return el(
+      "ul",
+      {},
+      ...kids.map((t) =>
+        el(
+          "li",
+          { data: { task: t.id } },
+          taskNode(
+            t,
+            hooksOf.get(t.id) || [],
+            progressOf.get(t.id) || [],
+            peopleOf.get(t.id) || [],
+          ),
+          children.has(t.id) ? branch(t.id) : null,
+        ),
+      ),
+    );
   }
   const tree = branch(null);
   tree.className = "tree";
@@ -367,7 +476,9 @@ function drawTasks(data) {
 }
 
 function taskNode(task, hooks, progress, people) {
-  const line = el("div", { class: "task-line" },
+  const line = el(
+    "div",
+    { class: "task-line" },
     badge(task.status),
     task.abort_marked ? badge("abort-marked", "abort") : null,
     el("span", { class: "kind", text: task.tool ? `tool ${callText(task.tool)}` : task.kind }),
@@ -375,27 +486,65 @@ function taskNode(task, hooks, progress, people) {
     task.phase ? el("span", { class: "meta", text: `phase ${task.phase}` }) : null,
   );
   const details = [];
-  if (task.status === "sleeping" || task.until !== null && task.until !== undefined) {
+  if (task.status === "sleeping" || (task.until !== null && task.until !== undefined)) {
     details.push(el("span", {}, "until ", time(task.until)));
   }
   if (task.keys && task.keys.length) {
-    details.push(el("span", {}, "on ", el("code", { text: task.keys.map((k) => `${k.signal}/${k.key}`).join(", ") })));
+    details.push(
+      el(
+        "span",
+        {},
+        "on ",
+        el("code", { text: task.keys.map((k) => `${k.signal}/${k.key}`).join(", ") }),
+      ),
+    );
   }
   if (task.policy) {
-    details.push(el("span", { text: `policy ${task.policy} on ${task.on.length} task${task.on.length === 1 ? "" : "s"}` }));
+    details.push(
+      el("span", {
+        text: `policy ${task.policy} on ${task.on.length} task${task.on.length === 1 ? "" : "s"}`,
+      }),
+    );
   }
-  for (const p of people) details.push(el("span", { class: "waits-for-you", text: `waits for ${p.text}` }));
-  const node = el("div", { class: "task" }, line, details.length ? el("div", { class: "task-detail" }, ...details) : null);
+  for (const p of people)
+    details.push(el("span", { class: "waits-for-you", text: `waits for ${p.text}` }));
+  const node = el(
+    "div",
+    { class: "task" },
+    line,
+    details.length ? el("div", { class: "task-detail" }, ...details) : null,
+  );
   for (const hook of hooks) {
-    const button = el("button", { type: "button", class: "small copy", text: "Copy", "aria-label": "copy webhook URL" });
+    const button = el("button", {
+      type: "button",
+      class: "small copy",
+      text: "Copy",
+      "aria-label": "copy webhook URL",
+    });
     button.addEventListener("click", () => copy(hook.url, button));
     const meta = [`webhook → ${hook.signal}/${hook.key}`, `${hook.received} received`];
     if (hook.signed) meta.push("needs an HMAC signature");
-    node.append(el("div", { class: "hook" }, el("code", { class: "hook-url", text: hook.url }), button, el("span", { class: "meta", text: meta.join(" · ") })));
+    node.append(
+      el(
+        "div",
+        { class: "hook" },
+        el("code", { class: "hook-url", text: hook.url }),
+        button,
+        el("span", { class: "meta", text: meta.join(" · ") }),
+      ),
+    );
   }
   for (const p of progress) {
     const value = typeof p.value === "string" ? p.value : JSON.stringify(p.value);
-    node.append(el("div", { class: "progress" }, "progress ", el("span", { class: "value", text: value }), el("span", { class: "meta" }, " ", time(p.at, "relative"))));
+    node.append(
+      el(
+        "div",
+        { class: "progress" },
+        "progress ",
+        el("span", { class: "value", text: value }),
+        el("span", { class: "meta" }, " ", time(p.at, "relative")),
+      ),
+    );
   }
   return node;
 }
@@ -413,18 +562,55 @@ function drawSchedule(data) {
     ["worker", local && local.worker_running ? "running" : "not running"],
   ];
   const queued = local ? local.wakes_queued : [];
-  facts.push(["queued wakes", queued.length ? queued.map((q) => `${q.reason}${q.visible_in_seconds ? ` (in ${q.visible_in_seconds}s)` : ""}`).join(", ") : "none"]);
-  document.getElementById("schedule").replaceChildren(el("dl", { class: "facts" }, ...facts.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", {}, v)])));
+  facts.push([
+    "queued wakes",
+    queued.length
+      ? queued
+          .map((q) => `${q.reason}${q.visible_in_seconds ? ` (in ${q.visible_in_seconds}s)` : ""}`)
+          .join(", ")
+      : "none",
+  ]);
+  document
+    .getElementById("schedule")
+    .replaceChildren(
+      el(
+        "dl",
+        { class: "facts" },
+        ...facts.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", {}, v)]),
+      ),
+    );
 }
 
 function drawBackground(tasks) {
   document.getElementById("background-panel").hidden = !tasks.length;
-  document.getElementById("background").replaceChildren(
-    el("ul", { class: "transcript" }, ...tasks.map((t) => el("li", {},
-      el("span", { class: "who" }, badge(t.status)),
-      el("span", { class: "text" }, el("span", { class: "call", text: callText({ name: t.tool, arguments: t.arguments }) }), ` · task ${t.id}`,
-        t.result !== null && t.result !== undefined ? ` · result ${JSON.stringify(t.result)}` : "", t.error ? ` · error ${t.error}` : "")))),
-  );
+  document
+    .getElementById("background")
+    .replaceChildren(
+      el(
+        "ul",
+        { class: "transcript" },
+        ...tasks.map((t) =>
+          el(
+            "li",
+            {},
+            el("span", { class: "who" }, badge(t.status)),
+            el(
+              "span",
+              { class: "text" },
+              el("span", {
+                class: "call",
+                text: callText({ name: t.tool, arguments: t.arguments }),
+              }),
+              ` · task ${t.id}`,
+              t.result !== null && t.result !== undefined
+                ? ` · result ${JSON.stringify(t.result)}`
+                : "",
+              t.error ? ` · error ${t.error}` : "",
+            ),
+          ),
+        ),
+      ),
+    );
 }
 
 function drawTranscript(data) {
@@ -434,18 +620,30 @@ function drawTranscript(data) {
     const parts = [];
     if (e.text) parts.push(e.text);
     if (e.type === "assistant") {
-      for (const c of e.tool_calls || []) parts.push(el("div", { class: "call", text: "→ " + callText(c) }));
+      for (const c of e.tool_calls || [])
+        parts.push(el("div", { class: "call", text: "→ " + callText(c) }));
     } else if (e.type === "tool_result") {
       who = "tool";
       parts.unshift(el("span", { class: "call", text: `${e.name || ""}: ` }));
     }
-    return el("li", { class: e.is_error ? "error" : null }, el("span", { class: "who", text: who }), el("span", { class: "text" }, ...parts));
+    return el(
+      "li",
+      { class: e.is_error ? "error" : null },
+      el("span", { class: "who", text: who }),
+      el("span", { class: "text" }, ...parts),
+    );
   });
   const box = document.getElementById("transcript");
   const pending = submissions.filter((s) => s.status === "queued" || s.status === "placed");
   box.replaceChildren(
-    rows.length ? el("ol", { class: "transcript" }, ...rows) : el("p", { class: "empty", text: "Nothing said yet." }),
-    el("p", { class: "empty", hidden: !pending.length, text: "submissions: " + pending.map((s) => `${s.id} ${s.status}`).join(", ") }),
+    rows.length
+      ? el("ol", { class: "transcript" }, ...rows)
+      : el("p", { class: "empty", text: "Nothing said yet." }),
+    el("p", {
+      class: "empty",
+      hidden: !pending.length,
+      text: "submissions: " + pending.map((s) => `${s.id} ${s.status}`).join(", "),
+    }),
   );
 }
 
@@ -458,18 +656,45 @@ async function loadSession(sessionId) {
   ]);
   if (sessionId !== state.selected) return;
   if (!view.ok) {
-    document.getElementById("tasks").replaceChildren(el("p", { class: "empty", text: `Cannot read this session: ${why(view)}` }));
+    document
+      .getElementById("tasks")
+      .replaceChildren(el("p", { class: "empty", text: `Cannot read this session: ${why(view)}` }));
     return;
   }
   const v = view.data;
-  const w = workflow.ok ? workflow.data : { asks: [], approvals: [], authorizations: [], tasks: [] };
+  const w = workflow.ok
+    ? workflow.data
+    : { asks: [], approvals: [], authorizations: [], tasks: [] };
   const l = local.ok ? local.data : null;
   drawBadges(v, l);
   section("needs", w, (data) => drawNeeds(sessionId, data));
-  const asks = (w.asks || []).map((a) => ({ task_id: a.task_id, text: `your answer to “${a.prompt}”` }));
-  const approvals = (w.approvals || []).map((a) => ({ task_id: a.call_task, text: `your approval of ${a.subject}` }));
-  section("tasks", { tasks: v.tasks, hooks: v.webhooks || [], progress: l ? l.progress : [], people: [...asks, ...approvals] }, drawTasks);
-  section("schedule", { wake: v.wake, live: v.tasks.length, local: l && { ...l, now: undefined, seq: undefined, progress: undefined } }, drawSchedule);
+  const asks = (w.asks || []).map((a) => ({
+    task_id: a.task_id,
+    text: `your answer to “${a.prompt}”`,
+  }));
+  const approvals = (w.approvals || []).map((a) => ({
+    task_id: a.call_task,
+    text: `your approval of ${a.subject}`,
+  }));
+  section(
+    "tasks",
+    {
+      tasks: v.tasks,
+      hooks: v.webhooks || [],
+      progress: l ? l.progress : [],
+      people: [...asks, ...approvals],
+    },
+    drawTasks,
+  );
+  section(
+    "schedule",
+    {
+      wake: v.wake,
+      live: v.tasks.length,
+      local: l && { ...l, now: undefined, seq: undefined, progress: undefined },
+    },
+    drawSchedule,
+  );
   section("background", w.tasks || [], drawBackground);
   section("transcript", { entries: v.entries, submissions: v.submissions }, drawTranscript);
 }
@@ -480,11 +705,15 @@ async function poll() {
   if (state.polling) return;
   state.polling = true;
   try {
-    const [status, sessions] = await Promise.all([call("GET", "/_local/status"), call("GET", "/_local/sessions")]);
+    const [status, sessions] = await Promise.all([
+      call("GET", "/_local/status"),
+      call("GET", "/_local/sessions"),
+    ]);
     document.getElementById("offline").hidden = true;
     state.skew = status.data.now - Date.now() / 1000;
     drawStatus(status.data);
-    drawSessions(sessions.data.sessions);
+    // Redrawn only when it changed, so a click on it is never lost to a redraw.
+    section("sessions", sessions.data.sessions, drawSessions);
     if (state.selected) await loadSession(state.selected);
   } catch (_) {
     document.getElementById("offline").hidden = false;
