@@ -614,6 +614,7 @@ def test_the_demo_tells_the_run_ci_story() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     for line in [
         "bide dev: listening on http://127.0.0.1:",
+        "bide dev: console at http://127.0.0.1:",
         "run_ci(ref='main') is sleeping on app.ci-result/done",
         "(in 2h 0m): the CI gets two hours",
         "tool run_ci(ref='main')  sleeping",

@@ -23,6 +23,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from ..approvals import approval_doc_key
 from ..workflow.requests import pending_asks
 from .server import HttpRequest, HttpResponse
 
@@ -98,6 +99,17 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
+def _state(running: bool, queued: bool, waiting_for_people: bool, live: bool) -> str:
+    """What a session is doing, in a word, the most pressing first."""
+    if running:
+        return "running"
+    if queued:
+        return "queued"
+    if waiting_for_people:
+        return "needs you"
+    return "parked" if live else "idle"
+
+
 class Console:
     """Answers the console's page and its ``/_local/sessions`` routes for ``stack``."""
 
@@ -144,8 +156,9 @@ class Console:
         runs it; ``state`` sums that up for a list."""
         stack = self.stack
         with stack.queue.db.transaction() as db:
-            # Newest first: a heads row is inserted when the session is created and updated in
-            # place after that, so its rowid orders sessions by creation.
+            # The store's own tables share the stack's file. Newest first: a heads row is
+            # inserted when the session is created and updated in place after that, so its
+            # rowid orders sessions by creation.
             rows = db.execute(
                 "SELECT h.session_id, h.seq, (SELECT COUNT(*) FROM tasks t "
                 "WHERE t.session_id = h.session_id AND t.live = 1) "
@@ -162,17 +175,7 @@ class Console:
             sid = str(session_id)
             asks = len(pending_asks(stack.deps.store, sid))
             approvals = self._pending_approvals(sid)
-            state = (
-                "running"
-                if sid in running
-                else "queued"
-                if sid in queued
-                else "needs you"
-                if asks or approvals
-                else "parked"
-                if live
-                else "idle"
-            )
+            state = _state(sid in running, sid in queued, bool(asks or approvals), bool(live))
             found.append(
                 {
                     "session_id": sid,
@@ -191,7 +194,7 @@ class Console:
     def _pending_approvals(self, session_id: str) -> int:
         store = self.stack.deps.store
         count = 0
-        for doc in store.list_docs(session_id, "approval/"):
+        for doc in store.list_docs(session_id, approval_doc_key("")):
             body = doc.body if isinstance(doc.body, dict) else {}
             if body.get("status") != "pending":
                 continue
