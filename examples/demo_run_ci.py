@@ -259,6 +259,7 @@ def main() -> int:
             say("   " + first)
             if "listening on" not in first:
                 raise SystemExit(f"demo: bide dev did not start:\n{server.log_tail()}")
+            say("   " + server.next_line())  # where the dev console is
             story(server, url, db)
         except BaseException:
             say(f"--- bide dev log (last lines) ---\n{server.log_tail()}")

@@ -20,7 +20,8 @@ os.environ.pop("AWS_PROFILE", None)
 
 
 # `make test` sets BIDE_FORBID_SKIPS=1: every test can run on a machine with python3, java and
-# npm (make test starts what they need), so a skip there hides a test that did not run.
+# npm, plus Debian's chromium for the console's browser test (make test installs and starts
+# what they need), so a skip there hides a test that did not run.
 FORBID_SKIPS = "BIDE_FORBID_SKIPS"
 
 

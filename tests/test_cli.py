@@ -1,18 +1,21 @@
 """The ``bide`` CLI against an in-process local stack on 127.0.0.1: create, submit, show,
-signal, answer, --json, exit codes and error messages; SigV4 signing (built, never sent)."""
+signal, answer, approve, hooks, watch, --json, exit codes (a request the server did not take
+exits non-zero) and error messages; SigV4 signing (built, never sent)."""
 
 from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.credentials import Credentials
 
-from bide.cli import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, main, read_value
+from bide.cli import EXIT_REFUSED, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE, main, read_value
 from bide.local import LocalStack
 from bide.local.client import ApiClient, ClientError, region_of
 from bide.local.render import relative, render_session, when
@@ -244,3 +247,149 @@ def test_the_task_tree_nests_by_owner_and_says_what_each_task_waits_for() -> Non
     assert "  └─ g  bide.generation  waiting  policy=all_settled on 2 tasks" in text
     assert "     ├─ a  tool ask(q='ok?')  sleeping  until never  on app.answer/k" in text
     assert "     └─ b  tool nap()  sleeping  until 2026-01-01 00:01:00 UTC (in 1m 0s)" in text
+
+
+# --- hooks, watch, answers and decisions (examples/console_app.py for questions) ------------
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory):
+    from examples.console_app import build_app as console_app
+
+    db = str(tmp_path_factory.mktemp("cli-console") / "dev.sqlite")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+        with BackgroundStack(LocalStack(console_app(), db, port=0)) as running:
+            yield running
+
+
+def started(stack: BackgroundStack, text: str) -> tuple[str, ApiClient]:
+    client = ApiClient(stack.url)
+    sid = client.request("POST", "/sessions", {}).body["session_id"]
+    body = {"content": text, "request_id": "r1"}
+    assert client.request("POST", f"/sessions/{sid}/inputs", body).status == 202
+    assert stack.settle(10)
+    return sid, client
+
+
+def test_hooks_lists_the_live_webhook_urls(stack: BackgroundStack, capsys) -> None:
+    sid, _ = started(stack, "Fix the flaky test and verify it")
+    tool = parked_tool(stack.url, sid)
+    code, out, _ = bide(capsys, stack.url, "hooks", sid)
+    assert code == 0
+    url, detail = out.splitlines()
+    assert url.startswith(f"{stack.url}/hooks/")
+    assert detail == f"    task {tool['id']} (run_ci) -> app.ci-result/done  received 0"
+    code, out, _ = bide(capsys, stack.url, "hooks", "-q", sid)
+    assert (code, out) == (0, url + "\n")
+    code, out, _ = bide(capsys, stack.url, "--json", "hooks", sid)
+    assert json.loads(out)["webhooks"][0]["url"] == url
+    code, out, _ = bide(capsys, stack.url, "show", sid)
+    assert f"webhooks (live):\n  {url}\n    task {tool['id']} (run_ci)" in out
+
+    # The listed URL is the one a CI posts to.
+    request = urllib.request.Request(url, data=PASSED.encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request) as answered:
+        assert answered.status == 202
+    assert stack.settle(10)
+    code, out, _ = bide(capsys, stack.url, "hooks", sid)
+    assert (code, out.strip()) == (0, f"no live webhooks in session {sid}")
+    code, _, err = bide(capsys, stack.url, "hooks", "s-nobody")
+    assert code == EXIT_REFUSED and "HTTP 404" in err
+
+
+def test_watch_follows_a_session_until_it_is_idle(console: BackgroundStack, capsys) -> None:
+    sid, client = started(console, "Please deploy api")
+    [ask] = client.request("GET", f"/sessions/{sid}/workflow").body["asks"]
+
+    def answer_soon() -> None:
+        time.sleep(0.5)
+        path = f"/sessions/{sid}/asks/{ask['id']}/answer"
+        client.request("POST", path, {"option_id": "approve"})
+
+    helper = threading.Thread(target=answer_soon)
+    helper.start()
+    code, out, err = bide(capsys, console.url, "watch", sid, "--interval", "0.1", "--timeout", "20")
+    helper.join()
+    assert (code, err) == (0, "")
+    lines = [line.split("] ", 1)[1] for line in out.splitlines() if line.startswith("[")]
+    assert lines[0] == f"session {sid}: conversation running"
+    assert any(
+        line.startswith("+ task ") and "tool deploy(service='api')" in line for line in lines
+    )
+    assert any(line.startswith(f"? question {ask['id']}: Deploy api?") for line in lines)
+    assert f"question {ask['id']} closed" in lines
+    assert any(
+        line.startswith("- task ") and "deploy(service='api')  ended" in line for line in lines
+    )
+    assert "  assistant  Done: " + '{"deployed": true' in "\n".join(lines)
+    assert "submission r1: done" in lines and "conversation idle" in lines
+    assert out.endswith(f"session {sid} is idle: no live task, no run going\n")
+
+
+def test_watch_stops_at_its_timeout_and_refuses_what_it_cannot_read(
+    stack: BackgroundStack, capsys
+) -> None:
+    sid, _ = started(stack, "Fix the flaky test and verify it")
+    code, out, err = bide(capsys, stack.url, "watch", sid, "--timeout", "0.3", "--interval", "0.1")
+    assert code == EXIT_TIMEOUT
+    assert "webhook http://127.0.0.1" in out and "on app.ci-result/done" in out
+    assert "still busy after 0.3s" in err
+    code, out, _ = bide(capsys, stack.url, "--json", "watch", sid, "--timeout", "0")
+    assert code == EXIT_TIMEOUT and json.loads(out)["view"]["session_id"] == sid
+    code, _, err = bide(capsys, stack.url, "watch", "s-nobody", "--timeout", "1")
+    assert code == EXIT_REFUSED and "HTTP 404" in err
+    code, _, err = bide(capsys, stack.url, "watch", sid, "--interval", "0")
+    assert code == EXIT_USAGE and "--interval" in err
+
+
+def test_answers_that_were_not_taken_exit_non_zero(console: BackgroundStack, capsys) -> None:
+    sid, client = started(console, "Please deploy api")
+    [ask] = client.request("GET", f"/sessions/{sid}/workflow").body["asks"]
+    code, out, err = bide(capsys, console.url, "answer", sid, "ask-nope", "yes")
+    assert (code, out.strip()) == (EXIT_REFUSED, "not_found (HTTP 200)")
+    assert "no such question in this session" in err
+    code, out, err = bide(capsys, console.url, "answer", sid, ask["id"], "--option", "maybe")
+    assert (code, out.strip()) == (EXIT_REFUSED, "invalid (HTTP 200)")
+    assert "does not fit the question" in err
+    code, out, _ = bide(capsys, console.url, "answer", sid, ask["id"], "--option", "approve")
+    assert (code, out.strip()) == (0, "delivered (HTTP 200)")
+    code, out, err = bide(capsys, console.url, "answer", sid, ask["id"], "--option", "cancel")
+    assert (code, out.strip()) == (EXIT_REFUSED, "duplicate (HTTP 200)")
+    assert "the first answer stands" in err
+    code, out, _ = bide(capsys, console.url, "--json", "answer", sid, "ask-nope", "yes")
+    assert code == EXIT_REFUSED and json.loads(out) == {"result": "not_found"}
+
+
+def test_approve_decides_once(console: BackgroundStack, capsys) -> None:
+    sid, client = started(console, "Please delete feature-x")
+    code, out, _ = bide(capsys, console.url, "show", sid)
+    [approval] = client.request("GET", f"/sessions/{sid}/workflow").body["approvals"]
+    assert f"pending approvals:\n  {approval['id']}: delete_branch delete_branch" in out
+    code, out, err = bide(capsys, console.url, "approve", sid, "ap-nope")
+    assert (code, out.strip()) == (EXIT_REFUSED, "approved: not_found")
+    assert "no such approval" in err
+    code, out, _ = bide(capsys, console.url, "approve", sid, approval["id"], "--note", "ok")
+    assert (code, out.strip()) == (0, "approved: decided")
+    code, out, err = bide(capsys, console.url, "approve", sid, approval["id"], "--deny")
+    assert (code, out.strip()) == (EXIT_REFUSED, "denied: already_decided")
+    assert "the first decision stands" in err
+    assert console.settle(10)
+    submission = client.request("GET", f"/sessions/{sid}").body["submissions"][0]
+    assert submission["answer"] == "Done: deleted branch feature-x"
+
+
+def test_signals_and_submissions_not_taken_exit_non_zero(stack: BackgroundStack, capsys) -> None:
+    sid, _ = started(stack, "Fix the flaky test and verify it")
+    tool = parked_tool(stack.url, sid)
+    # A value on a key nobody waits on is stored; a second one is a duplicate (HTTP 200).
+    args = ["signal", sid, tool["id"], "app.ci-result", "early", PASSED]
+    assert bide(capsys, stack.url, *args)[:2] == (0, "delivered (HTTP 202)\n")
+    code, out, err = bide(capsys, stack.url, *args)
+    assert (code, out.strip()) == (EXIT_REFUSED, "duplicate (HTTP 200)")
+    assert "the key already holds a value" in err
+    # The conversation is busy (run_ci parked): reject refuses the input.
+    code, out, err = bide(capsys, stack.url, "submit", sid, "again", "--when-busy", "reject")
+    assert code == EXIT_REFUSED and out.strip().endswith(": unanswered")
+    assert "the submission was not taken" in err

@@ -76,6 +76,7 @@ def test_create_with_and_without_an_id_is_idempotent(bench: Bench) -> None:
         "tasks": [],
         "entries": [],
         "submissions": [],
+        "webhooks": [],
     }
 
 

@@ -530,6 +530,11 @@ def start_dev(port: int, db: str, log: Path) -> subprocess.Popen[str]:
     if "listening on" not in line:
         proc.kill()
         raise AssertionError(f"bide dev did not start: {line!r}\n{log.read_text()}")
+    # The second line tells a person where the console is. It is printed right after the
+    # first with nothing in between (and may already sit in the pipe's read buffer, where
+    # select cannot see it), so reading it cannot block.
+    console = proc.stdout.readline()
+    assert console == f"bide dev: console at http://127.0.0.1:{port}/_console\n", console
     return proc
 
 
@@ -609,6 +614,7 @@ def test_the_demo_tells_the_run_ci_story() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     for line in [
         "bide dev: listening on http://127.0.0.1:",
+        "bide dev: console at http://127.0.0.1:",
         "run_ci(ref='main') is sleeping on app.ci-result/done",
         "(in 2h 0m): the CI gets two hours",
         "tool run_ci(ref='main')  sleeping",

@@ -5,20 +5,19 @@ stack (the default, ``http://127.0.0.1:8787``) or a deployed one (``--url https:
 requests are signed with SigV4 using your AWS credentials). ``bide init DIR`` writes a new
 project (:mod:`bide.scaffold`) and talks to nothing.
 
-Exit codes: 0 done; 1 the server refused the request (HTTP 4xx/5xx); 2 bad usage;
-3 the server could not be reached or the request could not be made.
+Exit codes: 0 done; 1 the server refused the request (HTTP 4xx/5xx, or an answer saying it
+was not taken: a signal or answer that was not ``delivered``, an approval not ``decided``, a
+submission left ``unanswered``); 2 bad usage; 3 the server could not be reached or the request
+could not be made; 4 ``bide watch`` reached its ``--timeout`` before the session went idle.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import logging
 import os
 import secrets
-import signal as signals
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,13 +26,19 @@ from typing import Any, TextIO
 from .engine.clock import SystemClock
 from .engine.errors import BideError
 from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path_of
-from .local.render import render_session, when
+from .local.render import hook_line, not_taken, render_session
+from .local.serve import local_logging, serve_until_signalled
+from .local.stack import LocalStackError
+from .local.watch import WatchRefused, follow
 from .scaffold import ProjectError, create_project
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_TIMEOUT = 4
+
+HTTP_TIMEOUT_SECONDS = 30.0
 
 DEFAULT_APP = "examples.agent_app:app"
 
@@ -71,7 +76,11 @@ def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         help="sign requests with SigV4 (default: for https URLs that are not 127.0.0.1)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=default(30.0), help="seconds to wait for an answer"
+        "--timeout",
+        type=float,
+        default=default(None),
+        help=f"seconds to wait for an answer (default {HTTP_TIMEOUT_SECONDS:g}); for watch: "
+        "how long to follow the session (default: until it is idle)",
     )
 
 
@@ -80,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bide",
         description="Durable agent sessions: run the local stack, read and drive sessions.",
-        epilog="Exit codes: 0 done, 1 refused by the server, 2 bad usage, 3 unreachable.",
+        epilog="Exit codes: 0 done, 1 refused by the server, 2 bad usage, 3 unreachable, "
+        "4 watch timed out.",
     )
     _common(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -151,6 +161,21 @@ def build_parser() -> argparse.ArgumentParser:
     answer.add_argument("text", nargs="?", default=None, help="a free-form answer")
     answer.add_argument("--option", help="the id of the chosen option")
 
+    approve = command("approve", "decide a pending approval (approve, or --deny)")
+    approve.add_argument("session")
+    approve.add_argument("approval", help="the approval's id (see bide show)")
+    approve.add_argument("--deny", action="store_true", help="deny instead of approving")
+    approve.add_argument("--note", help="why (the call's result carries it on a denial)")
+    approve.add_argument("--by", default=os.environ.get("USER"), help="who decides ($USER)")
+
+    hooks = command("hooks", "list the webhook URLs the session's live tasks listen on")
+    hooks.add_argument("session")
+    hooks.add_argument("-q", "--quiet", action="store_true", help="print the URLs only")
+
+    watch = command("watch", "follow a session: print changes until it is idle (or Ctrl-C)")
+    watch.add_argument("session")
+    watch.add_argument("--interval", type=float, default=1.0, help="seconds between reads")
+
     stop = command("stop", "stop a session's running generation")
     stop.add_argument("session")
 
@@ -175,8 +200,9 @@ def cmd_init(args: argparse.Namespace) -> None:
 # --- commands talking to the API ---------------------------------------------------------------
 
 
-def _client(args: argparse.Namespace) -> ApiClient:
-    return ApiClient(args.url, sign=args.sign, region=args.region, timeout=args.timeout)
+def _client(args: argparse.Namespace, timeout: float | None = None) -> ApiClient:
+    seconds = timeout or args.timeout or HTTP_TIMEOUT_SECONDS
+    return ApiClient(args.url, sign=args.sign, region=args.region, timeout=seconds)
 
 
 def _send(args: argparse.Namespace, method: str, path: str, body: Any = None) -> ApiResponse:
@@ -209,6 +235,10 @@ def cmd_submit(args: argparse.Namespace) -> None:
         submission = data.get("submission", data)
         status = submission.get("status", "accepted") if isinstance(submission, dict) else ""
         print(f"submission {submission.get('id', request_id)}: {status}")
+    if isinstance(response.body, dict) and response.body.get("status") == "unanswered":
+        # Refused (--when-busy reject while a run goes on) or ended without an answer.
+        why = response.body.get("error") or "the conversation was busy (--when-busy reject)"
+        raise CommandFailed(f"the submission was not taken: {why}", EXIT_REFUSED)
 
 
 def cmd_show(args: argparse.Namespace) -> None:
@@ -227,7 +257,7 @@ def _workflow_view(args: argparse.Namespace) -> dict[str, Any]:
     found = _client(args).request("GET", path_of("sessions", args.session, "workflow"))
     if not found.ok or not isinstance(found.body, dict):
         return {}
-    return {k: found.body[k] for k in ("asks", "authorizations") if k in found.body}
+    return {k: found.body[k] for k in ("asks", "approvals", "authorizations") if k in found.body}
 
 
 def read_value(text: str, stdin: TextIO | None = None) -> Any:
@@ -266,12 +296,12 @@ def cmd_signal(args: argparse.Namespace) -> None:
         print(f"{result or 'error'} (HTTP {response.status}){detail}")
         for error in errors if isinstance(errors, list) else []:
             print(f"  {error}")
-    if not response.ok:
-        if result is None:
-            raise CommandFailed(
-                f"POST {path} -> HTTP {response.status}: {response.message}", EXIT_REFUSED
-            )
-        raise CommandFailed("", EXIT_REFUSED)
+    if not response.ok and result is None:
+        raise CommandFailed(
+            f"POST {path} -> HTTP {response.status}: {response.message}", EXIT_REFUSED
+        )
+    if result != "delivered":  # duplicate (HTTP 200) included: the value was not stored
+        raise CommandFailed(not_taken("signal", result), EXIT_REFUSED)
 
 
 def cmd_answer(args: argparse.Namespace) -> None:
@@ -293,9 +323,70 @@ def cmd_answer(args: argparse.Namespace) -> None:
         raise CommandFailed(
             f"POST {path} -> HTTP {response.status}: {response.message}", EXIT_REFUSED
         )
+    result = response.body.get("result") if isinstance(response.body, dict) else None
     if not args.json:
-        data = response.body if isinstance(response.body, dict) else {}
-        print(f"{data.get('result', 'answered')} (HTTP {response.status})")
+        print(f"{result or 'answered'} (HTTP {response.status})")
+    if result != "delivered":
+        raise CommandFailed(not_taken("answer", result), EXIT_REFUSED)
+
+
+def cmd_approve(args: argparse.Namespace) -> None:
+    """POST /sessions/{id}/approvals/{approval}/decide."""
+    body = {"approved": not args.deny, "by": args.by, "note": args.note}
+    path = path_of("sessions", args.session, "approvals", args.approval, "decide")
+    response = _send(args, "POST", path, {k: v for k, v in body.items() if v is not None})
+    result = response.body.get("result") if isinstance(response.body, dict) else None
+    if not args.json:
+        print(f"{'denied' if args.deny else 'approved'}: {result}")
+    if result != "decided":
+        raise CommandFailed(not_taken("approve", result), EXIT_REFUSED)
+
+
+def cmd_hooks(args: argparse.Namespace) -> None:
+    """GET /sessions/{id}/hooks: one URL per live webhook, with its task and signal key."""
+    response = _send(args, "GET", path_of("sessions", args.session, "hooks"))
+    if args.json:
+        return
+    data = response.body if isinstance(response.body, dict) else {}
+    hooks = [h for h in data.get("webhooks") or [] if isinstance(h, dict)]
+    for hook in hooks:
+        print(hook.get("url") if args.quiet else hook_line(hook))
+    if not hooks and not args.quiet:
+        print(f"no live webhooks in session {args.session}")
+
+
+def cmd_watch(args: argparse.Namespace) -> None:
+    """Follow a session until it is idle, Ctrl-C, or --timeout seconds."""
+    if args.interval <= 0:
+        raise CommandFailed("--interval must be a positive number of seconds", EXIT_USAGE)
+    if args.timeout is not None and args.timeout < 0:
+        raise CommandFailed("--timeout must be zero or more seconds", EXIT_USAGE)
+    # Each read may take as long as the whole watch, within reason.
+    bounded = args.timeout is not None
+    client = _client(args, min(HTTP_TIMEOUT_SECONDS, max(args.timeout, 5.0)) if bounded else None)
+
+    def raw(snapshot: Any) -> None:  # --json: each changed snapshot as one line
+        print(json.dumps({"view": snapshot.view, "workflow": snapshot.workflow}), flush=True)
+
+    try:
+        idle = follow(
+            client,
+            args.session,
+            clock=SystemClock(),
+            interval=args.interval,
+            timeout=args.timeout,
+            emit=lambda line: print(line, flush=True),
+            raw=raw if args.json else None,
+        )
+    except WatchRefused as exc:
+        raise CommandFailed(str(exc), EXIT_REFUSED) from None
+    if idle and not args.json:
+        print(f"session {args.session} is idle: no live task, no run going", flush=True)
+    else:
+        raise CommandFailed(
+            f"still busy after {args.timeout:g}s (stopped watching; the session goes on)",
+            EXIT_TIMEOUT,
+        )
 
 
 def _route_missing(response: ApiResponse) -> bool:
@@ -331,7 +422,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
     """Run the local stack until SIGINT/SIGTERM."""
     from .app import load_app
 
-    _local_logging(quiet=args.quiet)
+    local_logging(quiet=args.quiet)
     # `--app mymodule:app` should find modules in the current directory, as `python -m` does.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -340,56 +431,18 @@ def cmd_dev(args: argparse.Namespace) -> None:
     except BideError as exc:
         hint = " (run from the repository root, or pass --app)" if args.app == DEFAULT_APP else ""
         raise CommandFailed(f"{exc}{hint}", EXIT_USAGE) from None
-    asyncio.run(_serve(app, args))
-
-
-def _local_logging(*, quiet: bool) -> None:
-    """Logs to stderr (stdout carries only the server's own lines), no EMF metric blobs: they
-    are for CloudWatch, and locally would only flood the terminal (set
-    ``POWERTOOLS_METRICS_DISABLED=false`` to see them)."""
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-    from .service import observability  # configures the "bide" logger (JSON lines)
-
-    root = logging.getLogger(observability.logger.name)
-    for handler in root.handlers:
-        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
-            handler.setStream(sys.stderr)
-    if quiet:
-        root.setLevel(logging.WARNING)
-
-
-async def _serve(app: Any, args: argparse.Namespace) -> None:
-    from .local.stack import LocalStack, LocalStackError
-
-    stack = LocalStack(app, args.db, port=args.port, webhook_base_url=args.webhook_base_url)
     try:
-        await stack.start()
+        asyncio.run(
+            serve_until_signalled(
+                app,
+                app_name=args.app,
+                db=args.db,
+                port=args.port,
+                webhook_base_url=args.webhook_base_url,
+            )
+        )
     except LocalStackError as exc:
         raise CommandFailed(str(exc), EXIT_UNREACHABLE) from None
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signals.SIGINT, signals.SIGTERM):
-        with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
-            loop.add_signal_handler(signum, stopping.set)
-    alarms = stack.alarms.alarms()
-    print(
-        f"bide dev: listening on {stack.url}  app={args.app}  db={args.db}  "
-        f"queued wakes={len(stack.queue.queued())}  alarms={len(alarms)}"
-        + (f" (next {when(alarms[0].at, SystemClock().now())})" if alarms else ""),
-        flush=True,
-    )
-    serving = asyncio.ensure_future(stack.serve_forever())
-    stop = asyncio.ensure_future(stopping.wait())
-    try:
-        await asyncio.wait({serving, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.cancel()
-        serving.cancel()
-        await asyncio.gather(serving, stop, return_exceptions=True)
-        await stack.close()
-        print("bide dev: stopped", flush=True)
-    if serving.done() and not serving.cancelled() and serving.exception() is not None:
-        raise CommandFailed(f"the local stack failed: {serving.exception()}", EXIT_UNREACHABLE)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
@@ -400,6 +453,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "show": cmd_show,
     "signal": cmd_signal,
     "answer": cmd_answer,
+    "approve": cmd_approve,
+    "hooks": cmd_hooks,
+    "watch": cmd_watch,
     "stop": cmd_stop,
     "cancel": cmd_cancel,
 }

@@ -2,8 +2,9 @@
 
 :func:`render_session` draws a session view (``GET /sessions/{id}``) as a tree of tasks by
 owner, each with its status, ``until`` (UTC and relative to now), the signal keys it sleeps
-on, its wait policy; then live tool slots, pending asks and sign-ins (when the server reports
-any) and the tail of the transcript. Unknown fields are ignored, so newer servers still render.
+on, its wait policy; then live tool slots, pending asks, approvals and sign-ins (when the
+server reports any), live webhook URLs and the tail of the transcript. Unknown fields are
+ignored, so newer servers still render.
 """
 
 from __future__ import annotations
@@ -142,7 +143,16 @@ def render_session(view: Mapping[str, Any], now: float, *, tail: int = 6) -> str
     if asks:
         lines.append("pending asks:")
         for ask in asks:
-            lines.append("  " + _ask_line(ask))
+            lines.append("  " + ask_line(ask))
+    approvals = [a for a in view.get("approvals") or [] if isinstance(a, Mapping)]
+    if approvals:
+        lines.append("pending approvals:")
+        for approval in approvals:
+            arguments = _clip(json.dumps(approval.get("arguments"), sort_keys=True), 60)
+            lines.append(
+                f"  {approval.get('id', '?')}: {approval.get('tool', '?')} "
+                f"{approval.get('subject', '')}  {arguments}  call {approval.get('call_task')}"
+            )
     sign_ins = [a for a in view.get("authorizations") or [] if isinstance(a, Mapping)]
     if sign_ins:
         lines.append("pending sign-ins:")
@@ -150,6 +160,10 @@ def render_session(view: Mapping[str, Any], now: float, *, tail: int = 6) -> str
             lines.append(
                 f"  {auth.get('id', '?')}: {auth.get('provider', '?')}  task {auth.get('task_id')}"
             )
+    hooks = [h for h in view.get("webhooks") or [] if isinstance(h, Mapping)]
+    if hooks:
+        lines.append("webhooks (live):")
+        lines += ["  " + hook_line(h) for h in hooks]
     entries = [e for e in view.get("entries") or [] if isinstance(e, Mapping)]
     if entries:
         shown = entries[-tail:] if tail > 0 else []
@@ -158,7 +172,18 @@ def render_session(view: Mapping[str, Any], now: float, *, tail: int = 6) -> str
     return "\n".join(lines)
 
 
-def _ask_line(ask: Any) -> str:
+def hook_line(hook: Mapping[str, Any]) -> str:
+    """A live webhook: its URL, then the task and the signal key its requests go to."""
+    tool = f" ({hook['tool']})" if hook.get("tool") else ""
+    signed = "  signed" if hook.get("signed") else ""
+    return (
+        f"{hook.get('url')}\n    task {hook.get('task_id')}{tool} -> "
+        f"{hook.get('signal')}/{hook.get('key')}  received {hook.get('received', 0)}{signed}"
+    )
+
+
+def ask_line(ask: Any) -> str:
+    """One pending question: its id, prompt, options and task."""
     if not isinstance(ask, Mapping):
         return _clip(json.dumps(ask))
     ident = ask.get("id") or ask.get("ask_id") or "?"
@@ -170,3 +195,32 @@ def _ask_line(ask: Any) -> str:
     suffix = f"  options: {', '.join(labels)}" if labels else ""
     task = f"  task {ask['task_id']}" if ask.get("task_id") else ""
     return f"{ident}: {_clip(str(prompt), 60)}{suffix}{task}"
+
+
+# Why a signal, an answer or a decision was not taken, by command and the result answered.
+_NOT_TAKEN = {
+    "signal": {
+        "duplicate": "not stored: the key already holds a value (the first one stands)",
+        "closed": "not stored: the task ended, or the wait on that key is over",
+        "invalid": "not stored: the value does not fit",
+        "not_found": "not stored: no such task in this session",
+    },
+    "answer": {
+        "duplicate": "the question was answered before; the first answer stands",
+        "closed": "the question is closed: its run ended and withdrew it",
+        "invalid": "the answer does not fit the question (not one of its options, or free "
+        "text it does not take)",
+        "not_found": "no such question in this session (see bide show)",
+    },
+    "approve": {
+        "already_decided": "the approval was decided before; the first decision stands",
+        "closed": "the approval is closed (cancelled, past its deadline, or the call stopped "
+        "waiting)",
+        "not_found": "no such approval in this session (see bide show)",
+    },
+}
+
+
+def not_taken(command: str, result: Any) -> str:
+    """Why ``command``'s request was not taken, from the ``result`` the server answered."""
+    return _NOT_TAKEN.get(command, {}).get(str(result), f"not taken: {result}")

@@ -7,7 +7,9 @@ queue; and fires a local alarm at each session's ``wake().at``. The store, the q
 alarms live in one SQLite file, so killing the process while work is parked loses nothing.
 
 Besides the API's routes it answers ``GET /_local/status`` (local only, never deployed):
-which workers run, which wakes are queued, which alarms are armed.
+which workers run, which wakes are queued, which alarms are armed; and serves the dev console
+(``GET /_console``) with its local-only JSON (``GET /_local/sessions``, ``GET
+/_local/sessions/{id}``; see :mod:`bide.local.console`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..engine.ids import IdSource, RandomIds
 from ..engine.store.sqlite import SQLiteStore
 from ..service.deps import Deps
 from .alarms import LocalAlarms
+from .console import Console, ProgressLog
 from .db import LocalDb
 from .events import LocalContext, find_route, http_api_event
 from .queue import LocalWakeQueue
@@ -80,6 +83,9 @@ class LocalStack:
         self._lock_file: IO[str] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._request_ids = itertools.count(1)
+        self.progress = ProgressLog(self.clock)
+        """The last progress each task reported (``ctx.progress``), for the console."""
+        self.console = Console(self)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -114,6 +120,7 @@ class LocalStack:
             clock=self.clock,
             ids=self.ids,
             webhook_base_url=self._webhook_base_url or self.url,
+            services={"workflow_progress": self.progress},
         )
         # This process holds the file's lock, so wakes taken by an earlier process were
         # abandoned when it died: hand them out again now rather than after a timeout.
@@ -243,6 +250,8 @@ class LocalStack:
 
         if request.path == STATUS_PATH and request.method == "GET":
             return HttpResponse.json(200, self.status())
+        if Console.takes(request.path):
+            return await self.console.handle(request)
         found = find_route(request.method, request.path)
         if found is None:
             # What API Gateway answers for a path or method no route takes.

@@ -84,6 +84,22 @@ class WakeView(BaseModel):
     at: float | None = None
 
 
+class WebhookView(BaseModel):
+    """A webhook URL a live task listens on (a capability: whoever has it can post to it)."""
+
+    url: str
+    task_id: str = Field(description="the task that minted it and receives its requests")
+    tool: str | None = Field(default=None, description="the tool whose call minted it")
+    signal: str
+    key: str = Field(description="the signal key; '<prefix>.*' takes one request per key")
+    source: Literal["tool", "workflow"] = Field(
+        description="minted by a tool (mint_webhook) or a workflow body (ctx.webhook)"
+    )
+    name: str | None = Field(default=None, description="a workflow webhook's operation name")
+    signed: bool = Field(description="requests need X-Bide-Signature and X-Bide-Timestamp")
+    received: int = Field(description="requests delivered so far")
+
+
 class SessionView(BaseModel):
     """``GET /sessions/{session_id}``: the live task graph, transcript and submissions."""
 
@@ -93,6 +109,17 @@ class SessionView(BaseModel):
     tasks: list[TaskNode]
     entries: list[dict[str, Any]]
     submissions: list[Submission]
+    webhooks: list[WebhookView] = Field(
+        default_factory=list, description="live webhook URLs (as GET .../hooks lists them)"
+    )
+
+
+class HooksView(BaseModel):
+    """``GET /sessions/{session_id}/hooks``: the webhook URLs the session's live tasks
+    listen on."""
+
+    session_id: str
+    webhooks: list[WebhookView]
 
 
 class Stopped(BaseModel):
@@ -128,11 +155,35 @@ class Delivery(BaseModel):
 
 
 class WorkflowView(BaseModel):
-    """``GET /sessions/{session_id}/workflow``: open questions, sign-ins, background tasks."""
+    """``GET /sessions/{session_id}/workflow``: open questions, sign-ins, background tasks
+    and pending approvals."""
 
     asks: list[dict[str, Any]]
     authorizations: list[dict[str, Any]]
     tasks: list[dict[str, Any]]
+    approvals: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="approvals waiting for a decision (bide.approvals), with the arguments "
+        "of the call they would let run",
+    )
+
+
+class DecideApproval(BaseModel):
+    """A decision on a pending approval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approved: bool
+    by: str | None = Field(default=None, max_length=MAX_NAME, description="who decided")
+    note: str | None = Field(default=None, max_length=MAX_CONTENT_CHARS)
+
+
+class ApprovalDecided(BaseModel):
+    """What became of a decision: ``decided`` (the call resumes), ``already_decided`` (the
+    first decision stands), ``closed`` (cancelled, past its deadline, or the call stopped
+    waiting) or ``not_found``."""
+
+    result: Literal["decided", "already_decided", "closed", "not_found"]
 
 
 class Ended(BaseModel):

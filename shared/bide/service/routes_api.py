@@ -1,6 +1,7 @@
-"""The sessions API route group: ``/sessions`` routes (create, submit, read, stop, cancel and
-the workflow routes), validated by Powertools against the models of
-:mod:`bide.service.api_models`; their OpenAPI document is ``docs/openapi.json``.
+"""The sessions API route group: ``/sessions`` routes (create, submit, read, stop, cancel,
+the live webhook URLs and the workflow routes: questions, sign-ins, approvals), validated by
+Powertools against the models of :mod:`bide.service.api_models`; their OpenAPI document is
+``docs/openapi.json``.
 
 :func:`register` adds them to a resolver built by :mod:`bide.service.http`, which serves
 them from the API function (:func:`~bide.service.http.handle_api`).
@@ -21,13 +22,16 @@ from .api_models import (
     MAX_NAME,
     SESSION_ID_PATTERN,
     AnswerAsk,
+    ApprovalDecided,
     Cancelled,
     CompleteAuthorization,
     CreateSession,
+    DecideApproval,
     Delivery,
     Ended,
     ErrorBody,
     FieldError,
+    HooksView,
     SessionCreated,
     SessionView,
     Stopped,
@@ -36,7 +40,7 @@ from .api_models import (
     WorkflowView,
 )
 from .deps import Deps
-from .sessions import SessionNotFound, cancel_task, create_session, stop, submit, view
+from .sessions import SessionNotFound, cancel_task, create_session, hooks, stop, submit, view
 from .transport import BUSY_ERROR, RETRY_AFTER, require
 
 if TYPE_CHECKING:
@@ -47,12 +51,14 @@ if TYPE_CHECKING:
 API_ROUTES: tuple[str, ...] = (
     "POST /sessions",
     "GET /sessions/{session_id}",
+    "GET /sessions/{session_id}/hooks",
     "POST /sessions/{session_id}/inputs",
     "POST /sessions/{session_id}/stop",
     "POST /sessions/{session_id}/tasks/{task_id}/cancel",
     "GET /sessions/{session_id}/workflow",
     "POST /sessions/{session_id}/asks/{ask_id}/answer",
     "POST /sessions/{session_id}/authorizations/{request_id}/complete",
+    "POST /sessions/{session_id}/approvals/{approval_id}/decide",
     "POST /sessions/{session_id}/end",
 )
 
@@ -141,6 +147,19 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
         found = await view(require(deps), session_id)
         return model_response(200, SessionView.model_validate(found))
 
+    @app.get(
+        "/sessions/<session_id>/hooks",
+        summary="List the session's webhook URLs",
+        description="Every capability webhook URL a live task listens on, with the task, the "
+        "signal and key it delivers to, whether requests must be signed and how many arrived.",
+        responses=_responses((200, "the live webhooks", HooksView), 404, 422, 503),
+    )
+    async def list_hooks(session_id: SessionId) -> Response[Any]:
+        found = await hooks(existing(session_id), session_id)
+        return model_response(
+            200, HooksView.model_validate({"session_id": session_id, "webhooks": found})
+        )
+
     @app.post(
         "/sessions/<session_id>/stop",
         summary="Stop the running generation",
@@ -204,6 +223,27 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
                 existing(session_id), session_id, request_id, body.token
             )
         return model_response(200, Delivery(result=str(result)))
+
+    @app.post(
+        "/sessions/<session_id>/approvals/<approval_id>/decide",
+        summary="Decide a pending approval",
+        description="Approves or denies the call waiting for this approval; decided once: a "
+        "later decision gets already_decided.",
+        responses=_responses((200, "what became of the decision", ApprovalDecided), 404, 422, 503),
+    )
+    async def decide(
+        session_id: SessionId, approval_id: AskId, body: DecideApproval
+    ) -> Response[Any]:
+        with obs.correlated(session_id=session_id):
+            result = await workflow_service.decide_approval(
+                existing(session_id),
+                session_id,
+                approval_id,
+                body.approved,
+                by=body.by,
+                note=body.note,
+            )
+        return model_response(200, ApprovalDecided(result=result.value))
 
     @app.post(
         "/sessions/<session_id>/end",

@@ -1,5 +1,6 @@
-"""The sessions API as a service: create, submit, view, stop, cancel. Every command is one
-commit on the session followed by a wake, so the worker picks the change up."""
+"""The sessions API as a service: create, submit, view, stop, cancel, and the live webhook
+URLs. Every command is one commit on the session followed by a wake, so the worker picks the
+change up."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from ..engine.errors import BideError
 from ..engine.harness import Harness
 from ..engine.state import Sleeping, Waiting
 from .deps import Deps
+from .hooks import live_webhooks
 
 MAIN = "main"
 
@@ -88,7 +90,7 @@ async def cancel_task(deps: Deps, session_id: str, task_id: str) -> bool:
 
 async def view(deps: Deps, session_id: str) -> dict[str, Any]:
     """The session as a UI shows it: the live task graph (status, until, keys, policy), live
-    tool slots, the transcript and the submissions."""
+    tool slots, the transcript, the submissions and the live webhook URLs."""
     harness, conversations = await _attach(deps, session_id)
     try:
         head = conversations.head(MAIN)
@@ -124,4 +126,11 @@ async def view(deps: Deps, session_id: str) -> dict[str, Any]:
         "tasks": tasks,
         "entries": conversations.entries(MAIN),
         "submissions": submissions,
+        "webhooks": live_webhooks(harness, deps.webhook_base_url),
     }
+
+
+async def hooks(deps: Deps, session_id: str) -> list[dict[str, Any]]:
+    """The webhook URLs the session's live tasks listen on (see :mod:`bide.service.hooks`)."""
+    harness, _ = await _attach(deps, session_id)
+    return live_webhooks(harness, deps.webhook_base_url)

@@ -13,7 +13,10 @@ HTTP routes they are meant for (wired by ``bide.service.http``):
   OAuth callback, after exchanging its code) -> :func:`complete_authorization`
 * ``POST /sessions/{id}/tasks/{task_id}/cancel`` -> :func:`cancel_background`
 * ``POST /sessions/{id}/end`` -> :func:`end_session`
-* ``GET /sessions/{id}/workflow`` -> :func:`view` (questions, sign-ins, the task index)
+* ``GET /sessions/{id}/workflow`` -> :func:`view` (questions, sign-ins, the task index and
+  pending approvals)
+* ``POST /sessions/{id}/approvals/{approval_id}/decide`` ``{approved, by?, note?}`` ->
+  :func:`decide_approval` (approvals of :func:`bide.approvals.approval_required` tools)
 * webhook requests keep using ``POST /hooks/{token}`` (stream keys: :mod:`bide.engine.delivery`)
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..approvals import Approvals, DecideResult
 from ..engine.harness import Harness
 from ..engine.signals import SignalResult
 from ..workflow.host import complete_authorization_in, view_in
@@ -94,6 +98,37 @@ async def end_session(deps: Deps, session_id: str) -> list[str]:
     return cancelled
 
 
+async def decide_approval(
+    deps: Deps,
+    session_id: str,
+    approval_id: str,
+    approved: bool,
+    *,
+    by: str | None = None,
+    note: str | None = None,
+) -> DecideResult:
+    """Record a pending approval's one decision and wake its call: ``decided``,
+    ``already_decided`` (the first decision stands), ``closed`` or ``not_found``."""
+    deps.queue.wake(session_id, "approval")
+    harness = await _attach(deps, session_id)
+    result = await Approvals(harness).decide(approval_id, approved, by=by, note=note)
+    if result is DecideResult.DECIDED:
+        deps.queue.wake(session_id, "approval-stored")
+    return result
+
+
+def pending_approvals(harness: Harness) -> list[dict[str, Any]]:
+    """The approvals waiting for a decision, oldest first, each with the arguments of the
+    call it would let run (what a person decides on)."""
+    found = []
+    for approval in sorted(Approvals(harness).pending(), key=lambda a: (a.requested_at, a.id)):
+        bound = harness.get_doc(approval.arguments_ref)
+        arguments = bound.get("arguments") if isinstance(bound, dict) else None
+        found.append({**approval.model_dump(mode="json"), "arguments": arguments})
+    return found
+
+
 async def view(deps: Deps, session_id: str) -> dict[str, Any]:
-    """:func:`~bide.workflow.view_in` as a service."""
-    return view_in(await _attach(deps, session_id))
+    """:func:`~bide.workflow.view_in` as a service, with the pending approvals."""
+    harness = await _attach(deps, session_id)
+    return {**view_in(harness), "approvals": pending_approvals(harness)}

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from .api import ToolExecutionApi
 
 
+WEBHOOK_MEMO_PREFIX = "bide.webhook."
+"""A tool's minted secret is memoized as ``bide.webhook.<signal>/<key>`` (the sessions API
+lists live webhooks from these memos: :mod:`bide.service.hooks`)."""
+
+
 class WebhookBinding(BaseModel):
     """Where a webhook's body goes, and how its sender proves itself."""
 
@@ -121,7 +126,7 @@ async def mint_webhook(
     same URL (memoized). Uses only the public API of ``api``: its session and task ids, a
     memo, a write and the host's ``webhook_base_url`` service."""
     secret = await api.memo(
-        f"bide.webhook.{token.name}/{key}", secrets.token_hex(WEBHOOK_TOKEN_BYTES)
+        f"{WEBHOOK_MEMO_PREFIX}{token.name}/{key}", secrets.token_hex(WEBHOOK_TOKEN_BYTES)
     )
     binding = WebhookBinding(
         session_id=api.session_id,
