@@ -137,7 +137,8 @@ proof: venv
 
 # The Lambda runtime is Python 3.12: run the suite (less the slow sweeps and the CDK tests,
 # which do not depend on the interpreter) on a 3.12 venv built from the same lock, when this
-# machine has a 3.12 (on PATH, or through pyenv). Without one it says so and skips.
+# machine has a 3.12 (on PATH, or through pyenv). Without one it says so and skips. As in
+# `make test`, DynamoDB Local is started for the run and a skipped test fails it.
 VENV312 := .venv312
 test-py312:
 	@$(CLEAN_AWS_ENV) py=""; \
@@ -151,7 +152,8 @@ test-py312:
 	$(VENV312)/bin/uv --version >/dev/null 2>&1 || $(VENV312)/bin/python -m pip install -q "uv==$(UV_VERSION)"; \
 	$(VENV312)/bin/uv pip sync -q --require-hashes --python $(VENV312)/bin/python $(LOCK); \
 	echo "+ pytest on $$($(VENV312)/bin/python --version)"; \
-	$(VENV312)/bin/python -m pytest -q -p no:cacheprovider \
+	BIDE_FORBID_SKIPS=1 bash scripts/with_dynamodb_local.sh $(VENV312)/bin/python -m pytest \
+	  -q -p no:cacheprovider \
 	  -k "not infra and not sweep and not model_based and not dynamodb_local"
 
 DEMOS := $(sort $(wildcard examples/[0-9][0-9]_*.py))
