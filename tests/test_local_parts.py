@@ -72,7 +72,9 @@ def test_local_alarms_fire_like_the_scheduler_within_the_minute_named(tmp_path: 
         copies.append(queue.duplicates_dropped + len(queue.queued()))
         # A duplicate fire carries the same body: the queue keeps one.
         assert len(queue.queued()) == 1
-        (body,) = {json.loads(r[0])["arming"] for r in db._db.execute("SELECT body FROM local_wakes")}
+        (body,) = {
+            json.loads(r[0])["arming"] for r in db._db.execute("SELECT body FROM local_wakes")
+        }
         assert body.startswith("arm-")
     assert max(moments) - min(moments) > 30  # spread over the minute, not always its start
     assert 2 in copies and 1 in copies  # sometimes fired twice
@@ -92,7 +94,14 @@ def test_the_queue_deduplicates_alarm_wakes_by_content_for_five_minutes(tmp_path
     assert queue.send("s", body) is False
     clock.advance(301)
     assert queue.send("s", body) is True  # the window passed
-    assert [q.reason for q in queue.queued()] == ["alarm", "alarm", "alarm", "signal", "signal", "alarm"]
+    assert [q.reason for q in queue.queued()] == [
+        "alarm",
+        "alarm",
+        "alarm",
+        "signal",
+        "signal",
+        "alarm",
+    ]
     exact = LocalWakeQueue(LocalDb(str(tmp_path / "e.sqlite")), clock, exact=True)
     assert exact.send("s", body) is True and exact.send("s", body) is True
 

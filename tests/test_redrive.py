@@ -70,12 +70,12 @@ def test_sqs_redrive_lists_reasons_and_sends_back_one_session_or_all(sqs, capsys
         QueueUrl=dlq_url, MessageBody=wake("c"), MessageGroupId="c", MessageDeduplicationId="x"
     )
     redrive = SqsRedrive(client, dlq_url, queue_url)
-    listed = {d.session_id: d for d in redrive.list()}
+    listed = {d.session_id: d for d in redrive.letters()}
     assert set(listed) == {"a", "b", "c"}
     assert listed["a"].reason is not None and listed["a"].reason["error"] == "DynamoDB said no"
     assert listed["c"].reason is None and listed["c"].wake == wake("c")
     assert "RuntimeError: bad model output (after 3 deliveries)" in listed["b"].describe()
-    assert len(redrive.list()) == 3  # listing leaves them where they are
+    assert len(redrive.letters()) == 3  # listing leaves them where they are
 
     # Through the CLI: list, then send back session a.
     args = ["redrive", "--dlq-url", dlq_url, "--queue-url", queue_url]
@@ -86,7 +86,7 @@ def test_sqs_redrive_lists_reasons_and_sends_back_one_session_or_all(sqs, capsys
     assert "1 wake(s) sent back" in capsys.readouterr().out
     (back,) = received(client, queue_url)
     assert back["Body"] == wake("a") and back["Attributes"]["MessageGroupId"] == "a"
-    assert {d.session_id for d in redrive.list()} == {"b", "c"}
+    assert {d.session_id for d in redrive.letters()} == {"b", "c"}
     assert letters_left(client, dlq_url) == 2
     client.delete_message(QueueUrl=queue_url, ReceiptHandle=back["ReceiptHandle"])
 
@@ -100,7 +100,7 @@ def test_sqs_redrive_lists_reasons_and_sends_back_one_session_or_all(sqs, capsys
     assert sorted(m["Body"] for m in received(client, queue_url)) == sorted(
         [wake("b", "alarm"), wake("c")]
     )
-    assert redrive.list() == [] and letters_left(client, dlq_url) == 0
+    assert redrive.letters() == [] and letters_left(client, dlq_url) == 0
 
 
 def test_redrive_usage_errors(tmp_path: Path, capsys) -> None:
@@ -143,7 +143,7 @@ def test_the_local_worker_dead_letters_a_poison_wake_and_redrive_sends_it_back(
             assert stack.status()["dead_letters"] == 1
             # Retried in-process (3 tries) on each of the queue's 5 deliveries, then set aside.
             assert attempts.count("bad") == 3 * stack.queue.max_receives
-            (letter,) = LocalRedrive(stack._db).list()  # type: ignore[arg-type]
+            (letter,) = LocalRedrive(stack._db).letters()  # type: ignore[arg-type]
             assert letter.session_id == "bad" and letter.reason is not None
             assert letter.reason["error"] == "the model returned garbage"
             assert letter.reason["receives"] == stack.queue.max_receives

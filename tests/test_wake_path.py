@@ -70,7 +70,9 @@ def fire(bench: Bench, fifo: ContentDedup, sid: str, *, times: int = 1) -> list[
     name = schedule_name(sid)
     schedule = bench.scheduler.get_schedule(Name=name, GroupName=bench.group)
     target = schedule["Target"]
-    sent = [fifo.send(target["Input"], target["SqsParameters"]["MessageGroupId"]) for _ in range(times)]
+    sent = [
+        fifo.send(target["Input"], target["SqsParameters"]["MessageGroupId"]) for _ in range(times)
+    ]
     bench.scheduler.delete_schedule(Name=name, GroupName=bench.group)
     return sent
 
@@ -109,7 +111,7 @@ def minute_of(expression: str) -> float:
     return moment.timestamp()
 
 
-# --- 1 and 2: alarms -----------------------------------------------------------------------------
+# --- 1 and 2: alarms --------
 
 
 def test_at_expression_names_a_minute_that_cannot_start_before_the_deadline() -> None:
@@ -149,9 +151,10 @@ def test_rearming_after_an_early_fire_is_never_deduplicated_away(bench: Bench) -
     bench.drain()
     second = bench.scheduler.get_schedule(Name=schedule_name(sid), GroupName=bench.group)
     assert second["ScheduleExpression"] == first["ScheduleExpression"]
-    assert json.loads(second["Target"]["Input"])["arming"] != json.loads(first["Target"]["Input"])[
-        "arming"
-    ]
+    assert (
+        json.loads(second["Target"]["Input"])["arming"]
+        != json.loads(first["Target"]["Input"])["arming"]
+    )
     assert bench.task(sid, task_id).state.status == "sleeping"
     # Two minutes later (inside the 5-minute window) the re-armed alarm fires, twice: the
     # first copy is delivered (a body equal to the early fire's would be dropped and the
@@ -163,7 +166,7 @@ def test_rearming_after_an_early_fire_is_never_deduplicated_away(bench: Bench) -
     assert bench.scheduler.list_schedules(GroupName=bench.group)["Schedules"] == []
 
 
-# --- 3: deadlines shorter than the Scheduler's precision ------------------------------------------
+# --- 3: deadlines shorter than the Scheduler's precision --------
 
 
 def test_a_deadline_under_a_minute_is_waited_for_in_process(bench: Bench) -> None:
@@ -199,7 +202,7 @@ def test_an_early_fire_inside_the_last_minute_waits_in_process(bench: Bench) -> 
     assert bench.clock.now() >= start + HOUR + 30
 
 
-# --- 5: transient failures -------------------------------------------------------------------------
+# --- 5: transient failures --------
 
 
 class Recorder:
@@ -262,7 +265,7 @@ def test_a_failed_wake_is_retried_in_process_then_redelivered_in_seconds(
         assert worker_batch._redelivery_delay(record) == expected
 
 
-# --- 7: poison wakes -------------------------------------------------------------------------------
+# --- 7: poison wakes --------
 
 
 def test_the_last_attempt_dead_letters_the_wake_with_its_reason(bench: Bench, monkeypatch) -> None:
@@ -293,7 +296,7 @@ def test_the_last_attempt_dead_letters_the_wake_with_its_reason(bench: Bench, mo
     assert letter["Attributes"]["MessageGroupId"] == bad
 
 
-# --- 6: phases stopped before the function's timeout -----------------------------------------------
+# --- 6: phases stopped before the function's timeout --------
 
 
 def test_a_long_call_is_stopped_before_the_timeout_and_the_session_requeued(bench: Bench) -> None:

@@ -81,7 +81,11 @@ def parse_dead_letter(body: str) -> tuple[str, dict[str, Any] | None]:
         data = json.loads(body)
     except ValueError:
         return body, None
-    if isinstance(data, dict) and data.get("dead_letter") == 1 and isinstance(data.get("wake"), str):
+    if (
+        isinstance(data, dict)
+        and data.get("dead_letter") == 1
+        and isinstance(data.get("wake"), str)
+    ):
         reason = data.get("reason")
         return str(data["wake"]), reason if isinstance(reason, dict) else None
     return body, None

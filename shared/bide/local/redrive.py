@@ -76,7 +76,7 @@ class LocalRedrive:
         self.db = db
         self.clock = clock or SystemClock()
 
-    def list(self) -> list[DeadWake]:
+    def letters(self) -> list[DeadWake]:
         """Every dead-lettered wake, oldest first."""
         with self.db.transaction() as db:
             rows = db.execute(
@@ -90,7 +90,7 @@ class LocalRedrive:
 
     def redrive(self, select: Callable[[DeadWake], bool]) -> list[DeadWake]:
         """Queue each selected wake again and delete its letter, in one transaction."""
-        chosen = [letter for letter in self.list() if select(letter)]
+        chosen = [letter for letter in self.letters() if select(letter)]
         now = self.clock.now()
         with self.db.transaction() as db:
             for letter in chosen:
@@ -145,7 +145,7 @@ def run_redrive(args: argparse.Namespace) -> str:
             letters = source.redrive(lambda d: args.all or d.session_id == args.session)
             verb = "sent back"
         else:
-            letters = source.list()
+            letters = source.letters()
             verb = "dead-lettered"
     finally:
         if db is not None:

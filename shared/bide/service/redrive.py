@@ -92,7 +92,7 @@ class SqsRedrive:
                 QueueUrl=self.dead_letter_url, ReceiptHandle=letter.handle, VisibilityTimeout=0
             )
 
-    def list(self) -> list[DeadWake]:
+    def letters(self) -> list[DeadWake]:
         """Every dead letter SQS hands out now (a FIFO group's letters behind ten in flight
         wait for the next call), released again at once."""
         seen: list[DeadWake] = []
