@@ -331,3 +331,34 @@ def test_a_long_call_is_stopped_before_the_timeout_and_the_session_requeued(benc
     bench.deps.sleep = virtual_sleep(bench)
     bench.drain()
     assert bench.task(sid, task_id).state.status == "sleeping"
+
+
+# --- configuration -------------------------------------------------------------------------
+
+
+def test_the_worker_reads_its_dead_letter_queue_and_max_receive_count() -> None:
+    from bide import constants as c
+    from bide.aws.scheduler import SchedulerAlarms
+    from bide.service.config import ConfigError, deps_from_env
+
+    env = {
+        c.ENV_APP: "handler_fixtures:default_app",
+        c.ENV_TABLE: "bide-sessions",
+        c.ENV_BUCKET: "bide-offload",
+        c.ENV_QUEUE_URL: "https://sqs.us-east-1.amazonaws.com/123456789012/bide-wakes.fifo",
+        c.ENV_QUEUE_ARN: "arn:aws:sqs:us-east-1:123456789012:bide-wakes.fifo",
+        c.ENV_SCHEDULE_GROUP: "bide-alarms",
+        c.ENV_SCHEDULER_ROLE_ARN: "arn:aws:iam::123456789012:role/bide-scheduler",
+    }
+    plain = deps_from_env(env)
+    assert plain.dead_letters is None and plain.max_receive_count is None
+    dlq = "https://sqs.us-east-1.amazonaws.com/123456789012/bide-dead.fifo"
+    deps = deps_from_env({**env, c.ENV_DEAD_LETTER_URL: dlq, c.ENV_MAX_RECEIVE_COUNT: "5"})
+    assert isinstance(deps.dead_letters, SqsDeadLetters) and deps.dead_letters.queue_url == dlq
+    assert deps.max_receive_count == 5
+    # Arming ids come from the function's id source.
+    assert isinstance(deps.alarms, SchedulerAlarms) and deps.alarms.ids is deps.ids
+    with pytest.raises(ConfigError, match=c.ENV_MAX_RECEIVE_COUNT):
+        deps_from_env({**env, c.ENV_MAX_RECEIVE_COUNT: "0"})
+    with pytest.raises(ConfigError, match=c.ENV_DEAD_LETTER_URL):
+        deps_from_env({**env, c.ENV_DEAD_LETTER_URL: "not a url"})
