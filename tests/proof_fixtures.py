@@ -30,7 +30,7 @@ from handler_fixtures import ROLE_ARN, NoArgs, Probe, make_app
 from bide import Harness, ManualClock, RandomIds, TaskRecord
 from bide.app import App
 from bide.aws.dynamodb import DynamoDBStore, create_table
-from bide.aws.scheduler import SchedulerAlarms, schedule_name
+from bide.aws.scheduler import SchedulerAlarms, alarm_minute, at_expression, schedule_name
 from bide.aws.sqs import SqsWakeQueue, parse_wake
 from bide.engine.errors import ConflictError
 from bide.engine.rules import Wake
@@ -445,7 +445,8 @@ class Deployment:
 
     def check_path_to_wake(self) -> None:
         """With no wake queued, every live task is parked and can be woken: a timed park has
-        its schedule at ``wake().at``; a park on signals alone needs none. (A worker that died
+        its schedule at ``wake().at`` (expression: the first whole minute at or after it); a
+        park on signals alone needs none. (A worker that died
         before disarming may leave a schedule nothing needs: it fires once, finds nothing to
         do and deletes itself; :meth:`fire_stale_schedule` shows that.)"""
         wake = self.wake()
@@ -457,6 +458,9 @@ class Deployment:
             found = self.schedule()
             assert found is not None, f"parked until {wake.at}, no schedule ({self.crashes})"
             assert json.loads(found["Target"]["Input"])["at"] == wake.at, self.crashes
+            # Scheduler fires within the minute named: the first whole minute at or after.
+            assert found["ScheduleExpression"] == at_expression(wake.at), self.crashes
+            assert alarm_minute(wake.at) >= wake.at, self.crashes
 
     def fire_stale_schedule(self) -> bool:
         """Let a schedule left by a worker that died before disarming fire (time passes to

@@ -393,3 +393,14 @@ def test_signals_and_submissions_not_taken_exit_non_zero(stack: BackgroundStack,
     code, out, err = bide(capsys, stack.url, "submit", sid, "again", "--when-busy", "reject")
     assert code == EXIT_REFUSED and out.strip().endswith(": unanswered")
     assert "the submission was not taken" in err
+
+
+def test_dev_exact_and_redrive_are_commands(monkeypatch) -> None:
+    from bide.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["dev"]).exact is False  # AWS-like timing by default
+    assert parser.parse_args(["dev", "--exact"]).exact is True
+    monkeypatch.setenv("BIDE_WAKE_DLQ_URL", "https://sqs.example/dead.fifo")
+    args = build_parser().parse_args(["redrive", "s1"])
+    assert (args.session, args.all, args.dlq_url) == ("s1", False, "https://sqs.example/dead.fifo")

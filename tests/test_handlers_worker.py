@@ -163,12 +163,11 @@ def test_a_wake_that_finds_nothing_runnable_writes_nothing(bench: Bench) -> None
     assert bench.seq(ghost) == 0 and len(bench.schedules()) == 1
 
 
-def test_partial_batch_failure_reports_the_failed_record_and_every_later_one(
-    bench: Bench, monkeypatch
-) -> None:
+def test_partial_batch_failure_reports_the_failed_session_only(bench: Bench, monkeypatch) -> None:
     good, _ = parked(bench, [{"keys": ["k"]}])
     bad, later = unique("s-bad"), unique("s")
     ran: list[str] = []
+    slept: list[float] = []
     real = worker_batch.run_session
 
     async def flaky(deps, session_id, **kw):
@@ -177,17 +176,29 @@ def test_partial_batch_failure_reports_the_failed_record_and_every_later_one(
             raise RuntimeError("DynamoDB is having a bad day")
         return await real(deps, session_id, **kw)
 
+    async def sleep(seconds: float) -> None:
+        if seconds > 60:  # the invocation's deadline, far away: cancelled once the run ends
+            await asyncio.Event().wait()
+        slept.append(seconds)
+        bench.clock.advance(seconds)
+
     monkeypatch.setattr(worker_batch, "run_session", flaky)
+    monkeypatch.setattr(bench.deps, "sleep", sleep)
     records = [
         {"messageId": "m1", "body": json.dumps({"session_id": good, "reason": "signal"})},
         {"messageId": "m2", "body": "not json"},  # malformed: dropped, never retried
         {"messageId": "m3", "body": json.dumps({"session_id": bad, "reason": "signal"})},
         {"messageId": "m4", "body": json.dumps({"session_id": later, "reason": "signal"})},
-        {"messageId": "m5", "body": json.dumps({"session_id": good, "reason": "alarm"})},
+        {"messageId": "m5", "body": json.dumps({"session_id": bad, "reason": "alarm"})},
+        {"messageId": "m6", "body": json.dumps({"session_id": good, "reason": "alarm"})},
     ]
     response = run(handle_worker(bench.deps, {"Records": records}, FakeContext()))
-    assert response == {"batchItemFailures": [{"itemIdentifier": m} for m in ("m3", "m4", "m5")]}
-    assert ran == [good, bad]  # nothing after the failure ran: FIFO order is kept
+    # Only the failed session's records fail (FIFO order holds per message group): m5 comes
+    # after m3 in bad's group and does not run; the other sessions run.
+    assert response == {"batchItemFailures": [{"itemIdentifier": m} for m in ("m3", "m5")]}
+    # The failed wake was retried in-process with a short backoff before giving up.
+    assert ran == [good, bad, bad, bad, later, good]
+    assert slept == list(worker_batch.RETRY_BACKOFF_SECONDS)
     assert run(handle_worker(bench.deps, {"Records": []}, None)) == {"batchItemFailures": []}
 
 

@@ -372,8 +372,17 @@ def test_function_environment(stack, template):
     }
     for name, fn in _functions(stack).items():
         env = _resource(template, _id(stack, fn))["Properties"]["Environment"]["Variables"]
-        extra = {c.ENV_SAFETY_MARGIN_MS: str(c.DEFAULT_SAFETY_MARGIN_MS)}
+        extra = {
+            c.ENV_SAFETY_MARGIN_MS: str(c.DEFAULT_SAFETY_MARGIN_MS),
+            # The worker dead-letters on the last attempt: the redrive policy's count.
+            c.ENV_DEAD_LETTER_URL: {"Ref": _id(stack, service.dead_letter_queue)},
+            c.ENV_MAX_RECEIVE_COUNT: "5",
+        }
         assert env == {**expected, **(extra if name == c.FUNCTION_WORKER else {})}, name
+    (queue,) = template.find_resources(
+        "AWS::SQS::Queue", {"Properties": {"ContentBasedDeduplication": True}}
+    ).values()
+    assert queue["Properties"]["RedrivePolicy"]["maxReceiveCount"] == 5
 
 
 def test_tracing_is_opt_in(dev_stack, dev_template):
@@ -415,7 +424,9 @@ def test_worker_grants(stack, template):
         **{action: table for action in TABLE_ACTIONS},
         "s3:GetObject": [objects],
         "s3:PutObject": [objects],
-        "sqs:SendMessage": [_arn(queue_id)],
+        # The wake queue, and the dead-letter queue (the worker sets poison wakes aside).
+        "sqs:SendMessage": [_arn(queue_id), _arn(_id(stack, service.dead_letter_queue))],
+        # sqs:ChangeMessageVisibility among them: a failed wake comes back in seconds.
         **{action: [_arn(queue_id)] for action in CONSUME_ACTIONS},
         **{action: [schedules] for action in SCHEDULE_ACTIONS},
         "iam:PassRole": [_arn(_id(stack, service.scheduler_role))],

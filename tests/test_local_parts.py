@@ -26,7 +26,7 @@ def test_local_alarms_arm_replace_disarm_and_fire(tmp_path: Path) -> None:
         def wake(self, session_id: str, reason: str) -> None:
             woken.append((session_id, reason))
 
-    alarms = LocalAlarms(LocalDb(str(tmp_path / "a.sqlite")), Queue(), clock)
+    alarms = LocalAlarms(LocalDb(str(tmp_path / "a.sqlite")), Queue(), clock, exact=True)
     alarms.arm("s1", clock.now() + 60)
     alarms.arm("s1", clock.now() + 30)  # one alarm per session: replaced
     alarms.arm("s2", clock.now() + 90)
@@ -43,8 +43,67 @@ def test_local_alarms_arm_replace_disarm_and_fire(tmp_path: Path) -> None:
     assert woken == [("s1", "alarm")]
     assert alarms.armed_at("s1") is None  # fired alarms delete themselves
     # They live in the file: a new process sees them.
-    again = LocalAlarms(LocalDb(str(tmp_path / "a.sqlite")), Queue(), clock)
+    again = LocalAlarms(LocalDb(str(tmp_path / "a.sqlite")), Queue(), clock, exact=True)
     assert again.armed_at("s2") == clock.now() + 60
+
+
+def test_local_alarms_fire_like_the_scheduler_within_the_minute_named(tmp_path: Path) -> None:
+    """Scheduler fires an at() schedule between hh:mm:00 and hh:mm:59 of the minute it names
+    (https://docs.aws.amazon.com/scheduler/latest/UserGuide/schedule-types.html): the local
+    clock does too, seeded, never before the deadline, and now and then twice."""
+    start = ManualClock().now()  # on a whole minute
+    moments: list[float] = []
+    copies: list[int] = []
+    for seed in range(40):
+        clock = ManualClock(start)
+        db = LocalDb(str(tmp_path / f"a{seed}.sqlite"))
+        queue = LocalWakeQueue(db, clock)
+        alarms = LocalAlarms(db, queue, clock, seed=seed, duplicate_probability=0.25)
+        alarms.arm("s", start + 30)  # the worker's at() names the minute start + 60
+        (alarm,) = alarms.alarms()
+        fires = alarms.fires_at(alarm)
+        assert start + 60 <= fires < start + 120
+        assert fires == LocalAlarms(db, queue, clock, seed=seed).fires_at(alarm)  # seeded
+        clock.set(fires - 0.01)
+        assert alarms.fire_due() == []
+        clock.set(fires)
+        assert alarms.fire_due() == ["s"]
+        moments.append(fires - start - 60)
+        copies.append(queue.duplicates_dropped + len(queue.queued()))
+        # A duplicate fire carries the same body: the queue keeps one.
+        assert len(queue.queued()) == 1
+        (body,) = {
+            json.loads(r[0])["arming"] for r in db._db.execute("SELECT body FROM local_wakes")
+        }
+        assert body.startswith("arm-")
+    assert max(moments) - min(moments) > 30  # spread over the minute, not always its start
+    assert 2 in copies and 1 in copies  # sometimes fired twice
+
+
+def test_the_queue_deduplicates_alarm_wakes_by_content_for_five_minutes(tmp_path: Path) -> None:
+    clock = ManualClock()
+    queue = LocalWakeQueue(LocalDb(str(tmp_path / "q.sqlite")), clock)
+    body = json.dumps({"session_id": "s", "reason": "alarm", "at": 1.0, "arming": "arm-1"})
+    assert queue.send("s", body) is True
+    assert queue.send("s", body) is False  # a second fire of one schedule: dropped
+    assert queue.send("other", body) is True  # deduplication is per message group
+    assert queue.send("s", body, dedup_id="explicit") is True  # an explicit id overrides
+    queue.wake("s", "signal")
+    queue.wake("s", "signal")  # wake() sends a fresh id every time: never dropped
+    clock.advance(299)
+    assert queue.send("s", body) is False
+    clock.advance(301)
+    assert queue.send("s", body) is True  # the window passed
+    assert [q.reason for q in queue.queued()] == [
+        "alarm",
+        "alarm",
+        "alarm",
+        "signal",
+        "signal",
+        "alarm",
+    ]
+    exact = LocalWakeQueue(LocalDb(str(tmp_path / "e.sqlite")), clock, exact=True)
+    assert exact.send("s", body) is True and exact.send("s", body) is True
 
 
 # --- the wake queue ----------------------------------------------------------------------------

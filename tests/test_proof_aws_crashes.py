@@ -7,8 +7,10 @@ Recovery is what AWS does: a worker invocation that died leaves its SQS batch un
 the batch is delivered again; a caller whose API call died (a webhook sender, a client)
 sends the same request again. After recovery, every time the queue is empty:
 
-* every live task is parked with a path to wake (a timed park has its schedule at
-  ``wake().at``; a park on signals alone has none; nothing runnable is left without a wake);
+* every live task is parked with a path to wake (a timed park has its schedule for
+  ``wake().at``, its ``at()`` expression naming the first whole minute at or after it, since
+  Scheduler fires anywhere within that minute; a park on signals alone has none; nothing
+  runnable is left without a wake);
 
 and at the end of each scenario:
 

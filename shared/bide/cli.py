@@ -26,6 +26,7 @@ from typing import Any, TextIO
 from .engine.clock import SystemClock
 from .engine.errors import BideError
 from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path_of
+from .local.redrive import RedriveError, add_redrive_parser, run_redrive
 from .local.render import hook_line, not_taken, render_session
 from .local.serve import local_logging, serve_until_signalled
 from .local.stack import LocalStackError
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="base URL put into minted webhooks (default: the server's own URL)",
     )
     dev.add_argument("--quiet", action="store_true", help="log warnings only")
+    dev.add_argument("--exact", action="store_true", help="alarms fire exactly on time, no dedup")
 
     init = commands.add_parser(
         "init",
@@ -182,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = command("cancel", "cancel one task (and what it owns)")
     cancel.add_argument("session")
     cancel.add_argument("task")
+    add_redrive_parser(command)
     return parser
 
 
@@ -439,10 +442,19 @@ def cmd_dev(args: argparse.Namespace) -> None:
                 db=args.db,
                 port=args.port,
                 webhook_base_url=args.webhook_base_url,
+                exact=args.exact or os.environ.get("BIDE_DEV_EXACT") == "1",
             )
         )
     except LocalStackError as exc:
         raise CommandFailed(str(exc), EXIT_UNREACHABLE) from None
+
+
+def cmd_redrive(args: argparse.Namespace) -> None:
+    """List dead-lettered wakes; send them back (see :mod:`bide.local.redrive`)."""
+    try:
+        print(run_redrive(args))
+    except RedriveError as exc:
+        raise CommandFailed(str(exc), EXIT_USAGE) from None
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
@@ -458,6 +470,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "watch": cmd_watch,
     "stop": cmd_stop,
     "cancel": cmd_cancel,
+    "redrive": cmd_redrive,
 }
 
 

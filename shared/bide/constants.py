@@ -13,6 +13,11 @@ ENV_SCHEDULER_ROLE_ARN = "BIDE_SCHEDULER_ROLE_ARN"  # role Scheduler assumes to 
 ENV_WEBHOOK_BASE_URL = "BIDE_WEBHOOK_BASE_URL"  # public base URL of the HTTP API
 ENV_TRACING = "BIDE_TRACING"  # "1" turns on the X-Ray tracer (it costs cold-start time)
 ENV_SAFETY_MARGIN_MS = "BIDE_SAFETY_MARGIN_MS"  # stop starting work this close to the timeout
+# The wake queue's dead letters (worker only): the DLQ's URL and the redrive policy's
+# maxReceiveCount (the CDK stack sets both from the prop that sets the redrive policy), so the
+# worker dead-letters a wake on its last attempt itself, with the reason it failed.
+ENV_DEAD_LETTER_URL = "BIDE_WAKE_DLQ_URL"
+ENV_MAX_RECEIVE_COUNT = "BIDE_WAKE_MAX_RECEIVE_COUNT"
 
 # Function names inside a stack (CDK construct ids and modules of bide.handlers).
 FUNCTION_WORKER = "worker"
@@ -30,6 +35,16 @@ WEBHOOK_TOKEN_BYTES = 24  # 192 bits of randomness per capability webhook token
 WEBHOOK_SIGNATURE_WINDOW_SECONDS = 300  # HMAC timestamps older or newer than this are refused
 WORKER_TIMEOUT_SECONDS = 300
 DEFAULT_SAFETY_MARGIN_MS = 20_000
+DEFAULT_MAX_RECEIVE_COUNT = 5  # the wake queue's redrive policy, unless the stack says otherwise
+
+# The wake path (see docs/architecture.md, "Wake path on AWS").
+# EventBridge Scheduler invokes targets with 60 second precision: an at() schedule for 1:00
+# fires between 1:00:00 and 1:00:59
+# (https://docs.aws.amazon.com/scheduler/latest/UserGuide/schedule-types.html).
+SCHEDULER_PRECISION_SECONDS = 60
+# SQS FIFO drops a message whose deduplication id was sent in the last 5 minutes
+# (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/using-messagededuplicationid-property.html).
+FIFO_DEDUPLICATION_SECONDS = 300
 
 # Metric namespace (Powertools EMF).
 METRICS_NAMESPACE = "Bide"

@@ -28,3 +28,12 @@ class WakeQueue(Protocol):
     def wake(self, session_id: str, reason: str) -> None:
         """Ask for a worker run of the session."""
         ...
+
+
+class DeadLetters(Protocol):
+    """Where a wake that keeps failing is set aside, with why, for an operator (``bide
+    redrive``) to send back once the cause is fixed."""
+
+    def dead_letter(self, session_id: str, wake: str, reason: dict[str, object]) -> None:
+        """Set the wake (its message body) aside with ``reason`` (error, attempts, time)."""
+        ...

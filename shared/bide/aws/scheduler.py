@@ -1,5 +1,19 @@
 """EventBridge Scheduler alarms: one one-time ``at()`` schedule per session, targeting the
-FIFO wake queue with the session as message group."""
+FIFO wake queue with the session as message group.
+
+Two facts of AWS shape the request:
+
+* "All schedule types on EventBridge Scheduler invoke their targets with 60 second precision
+  ... if you set your schedule to run at 1:00, it will invoke the target API between 1:00:00
+  and 1:00:59" (https://docs.aws.amazon.com/scheduler/latest/UserGuide/schedule-types.html).
+  An ``at(10:00:30)`` may fire at 10:00:05, before the deadline; so :func:`at_expression`
+  names the first whole minute at or after the deadline. Delivery is at least once.
+* The wake queue deduplicates Scheduler's messages by content (Scheduler sends no
+  deduplication id): a body equal to one sent in the last 5 minutes is accepted and never
+  delivered (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/using-messagededuplicationid-property.html).
+  Every arming carries a fresh arming id, so re-arming after an early fire is never dropped;
+  two fires of one schedule carry the same body, so the queue drops the copy.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +25,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ..constants import SCHEDULER_PRECISION_SECONDS
+from ..engine.ids import IdSource, RandomIds
+
 
 def schedule_name(session_id: str) -> str:
     """A schedule name valid for Scheduler (<= 64 chars of [0-9A-Za-z_.-]) and unique per
@@ -18,11 +35,25 @@ def schedule_name(session_id: str) -> str:
     return "bide-" + hashlib.sha256(session_id.encode()).hexdigest()[:40]
 
 
+def alarm_minute(at: float) -> float:
+    """The first whole minute at or after ``at``: Scheduler fires anywhere within the minute
+    an ``at()`` expression names, so only a minute that starts at or after the deadline can
+    never fire before it."""
+    step = SCHEDULER_PRECISION_SECONDS
+    return float(math.ceil(at / step) * step)
+
+
 def at_expression(at: float) -> str:
-    """``at(yyyy-mm-ddThh:mm:ss)`` in UTC, rounded up to the next whole second so the alarm
-    never fires before the deadline."""
-    moment = datetime.fromtimestamp(math.ceil(at), tz=UTC)
+    """``at(yyyy-mm-ddThh:mm:00)`` in UTC naming :func:`alarm_minute` of ``at``, so the alarm
+    never fires before the deadline (at most 119 s after it)."""
+    moment = datetime.fromtimestamp(alarm_minute(at), tz=UTC)
     return f"at({moment.strftime('%Y-%m-%dT%H:%M:%S')})"
+
+
+def alarm_body(session_id: str, at: float, arming: str) -> str:
+    """The wake an alarm sends: distinct for every arming (``arming``), equal for every fire
+    of one schedule."""
+    return json.dumps({"session_id": session_id, "reason": "alarm", "at": at, "arming": arming})
 
 
 class SchedulerAlarms:
@@ -35,11 +66,13 @@ class SchedulerAlarms:
         group: str,
         queue_arn: str,
         role_arn: str,
+        ids: IdSource | None = None,
     ) -> None:
         self.client = client
         self.group = group
         self.queue_arn = queue_arn
         self.role_arn = role_arn
+        self.ids: IdSource = ids or RandomIds()
 
     def _request(self, session_id: str, at: float) -> dict[str, Any]:
         return {
@@ -53,9 +86,10 @@ class SchedulerAlarms:
             "Target": {
                 "Arn": self.queue_arn,
                 "RoleArn": self.role_arn,
-                # The queue deduplicates by content for Scheduler's messages (Scheduler sends
-                # no deduplication id): the alarm time makes each arming's body distinct.
-                "Input": json.dumps({"session_id": session_id, "reason": "alarm", "at": at}),
+                # The queue deduplicates Scheduler's messages by content (Scheduler sends no
+                # deduplication id): a fresh arming id makes each arming's body distinct, even
+                # when an early fire re-arms the same deadline within 5 minutes.
+                "Input": alarm_body(session_id, at, self.ids.new_id("arm-")),
                 "SqsParameters": {"MessageGroupId": session_id},
             },
         }

@@ -1,10 +1,18 @@
-"""The SQS FIFO wake queue: message group = session, so one worker runs a session at a time."""
+"""The SQS FIFO wake queue: message group = session, so one worker runs a session at a time.
+
+Also the worker's retry delay (ChangeMessageVisibility on a failed wake) and the dead-letter
+queue the worker sends a wake to, with its reason, when it failed its last attempt.
+"""
 
 from __future__ import annotations
 
 import json
 import secrets
 from typing import Any
+
+# ChangeMessageVisibility takes 0 to 43,200 seconds (12 hours)
+# (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-visibility-timeout.html).
+MAX_VISIBILITY_SECONDS = 43_200
 
 
 class SqsWakeQueue:
@@ -17,12 +25,70 @@ class SqsWakeQueue:
     def wake(self, session_id: str, reason: str) -> None:
         """Enqueue a wake. Each wake is a distinct message (never deduplicated away): a
         duplicate run of a session is harmless, a lost one is not."""
+        self.send(session_id, json.dumps({"session_id": session_id, "reason": reason}))
+
+    def send(self, session_id: str, body: str) -> None:
+        """Enqueue ``body`` in the session's message group with a fresh deduplication id (an
+        explicit id overrides content-based deduplication, so it is never dropped)."""
         self.client.send_message(
             QueueUrl=self.queue_url,
-            MessageBody=json.dumps({"session_id": session_id, "reason": reason}),
+            MessageBody=body,
             MessageGroupId=session_id,
             MessageDeduplicationId=secrets.token_hex(16),
         )
+
+    def change_visibility(self, receipt_handle: str, seconds: int) -> None:
+        """Make a received (failed) wake visible again in ``seconds``, instead of after the
+        queue's visibility timeout. In a FIFO queue an in-flight message blocks the rest of
+        its message group (https://repost.aws/knowledge-center/sqs-fifo-messages-not-returned);
+        "you can shorten [the visibility timeout] with ChangeMessageVisibility"
+        (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-visibility-timeout.html)."""
+        self.client.change_message_visibility(
+            QueueUrl=self.queue_url,
+            ReceiptHandle=receipt_handle,
+            VisibilityTimeout=max(0, min(MAX_VISIBILITY_SECONDS, int(seconds))),
+        )
+
+
+class SqsDeadLetters:
+    """:class:`~bide.aws.ports.DeadLetters` on the wake queue's FIFO dead-letter queue. SQS's
+    own redrive (maxReceiveCount) stays the backstop for invocations that die."""
+
+    def __init__(self, client: Any, queue_url: str) -> None:
+        self.client = client
+        self.queue_url = queue_url
+
+    def dead_letter(self, session_id: str, wake: str, reason: dict[str, object]) -> None:
+        """Send the wake and why it failed to the dead-letter queue (a fresh deduplication
+        id: two failures of one wake are two letters, never one dropped)."""
+        self.client.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=dead_letter_body(wake, reason),
+            MessageGroupId=session_id,
+            MessageDeduplicationId=secrets.token_hex(16),
+        )
+
+
+def dead_letter_body(wake: str, reason: dict[str, object]) -> str:
+    """``{"dead_letter": 1, "wake": <the wake's body>, "reason": {...}}``."""
+    return json.dumps({"dead_letter": 1, "wake": wake, "reason": reason})
+
+
+def parse_dead_letter(body: str) -> tuple[str, dict[str, Any] | None]:
+    """The original wake body and the reason of a dead letter. A wake SQS moved itself
+    (its redrive policy, after an invocation died) has no reason: ``(body, None)``."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body, None
+    if (
+        isinstance(data, dict)
+        and data.get("dead_letter") == 1
+        and isinstance(data.get("wake"), str)
+    ):
+        reason = data.get("reason")
+        return str(data["wake"]), reason if isinstance(reason, dict) else None
+    return body, None
 
 
 def parse_wake(body: str) -> tuple[str, str]:

@@ -129,7 +129,13 @@ class Functions:
             c.FUNCTION_WORKER,
             worker_timeout,
             worker_memory_size,
-            **{c.ENV_SAFETY_MARGIN_MS: str(c.DEFAULT_SAFETY_MARGIN_MS)},
+            **{
+                c.ENV_SAFETY_MARGIN_MS: str(c.DEFAULT_SAFETY_MARGIN_MS),
+                # The worker dead-letters a wake on its last attempt itself, with the reason:
+                # the same maxReceiveCount as the queue's redrive policy (the backstop).
+                c.ENV_DEAD_LETTER_URL: wake.dead_letter_queue.queue_url,
+                c.ENV_MAX_RECEIVE_COUNT: str(wake.max_receive_count),
+            },
         )
         self.signal_function = function(c.FUNCTION_SIGNAL, SIGNAL_TIMEOUT, handler_memory_size)
         self.api_function = function(c.FUNCTION_API, API_TIMEOUT, handler_memory_size)
@@ -213,7 +219,13 @@ class Functions:
         self._grant_table(worker)
         self._grant_objects(worker)
         self._grant_send(worker)
-        # Consuming: the event source grants receive/delete/change-visibility on this queue.
+        worker.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["sqs:SendMessage"], resources=[wake.dead_letter_queue.queue_arn]
+            )
+        )
+        # Consuming: the event source grants receive/delete/change-visibility on this queue
+        # (the worker shortens a failed wake's visibility with ChangeMessageVisibility).
         worker.add_event_source(
             event_sources.SqsEventSource(
                 wake.queue, batch_size=WAKE_BATCH_SIZE, report_batch_item_failures=True

@@ -34,6 +34,7 @@ class WakePath:
     def __init__(
         self, scope: Construct, *, worker_timeout: cdk.Duration, max_receive_count: int
     ) -> None:
+        self.max_receive_count = max_receive_count
         self.dead_letter_queue, self.queue = self._queues(scope, worker_timeout, max_receive_count)
         self.schedule_group, self.scheduler_role = self._scheduler(scope, self.queue)
 

@@ -6,18 +6,28 @@ events, **never two batches of one session at a time** (one worker per session),
 sessions side by side. Messages are rows in the store's SQLite file and are deleted only once
 the handler took them (partial batch failures are retried with backoff, then dead-lettered),
 so a wake queued when the process died still runs after a restart.
+
+Like the deployed queue (content-based deduplication, deduplication scope per message group)
+it drops a message sent without a deduplication id (an alarm's, as Scheduler sends them)
+whose body equals one sent to the same session in the last 5 minutes: "any messages sent with
+the same MessageDeduplicationId are accepted successfully but aren't delivered during the
+5-minute deduplication interval"
+(https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/using-messagededuplicationid-property.html).
+The window is kept in memory (a restart forgets it). ``exact=True`` deduplicates nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..constants import WORKER_TIMEOUT_SECONDS
+from ..constants import FIFO_DEDUPLICATION_SECONDS, WORKER_TIMEOUT_SECONDS
 from ..engine.clock import Clock
 from .db import LocalDb, sleep_until_poked
 from .events import WakeMessage, sqs_event
@@ -55,8 +65,14 @@ class LocalWakeQueue:
         concurrency: int = 8,
         max_receives: int = MAX_RECEIVES,
         retry_base_seconds: float = RETRY_BASE_SECONDS,
+        exact: bool = False,
     ) -> None:
         self.db = db
+        self.exact = exact
+        # (session, deduplication id) -> when sent, for content-deduplicated messages.
+        self._deduplication: dict[tuple[str, str], float] = {}
+        self._deduplication_lock = threading.Lock()  # send() may be called from any thread
+        self.duplicates_dropped = 0
         self.clock = clock
         self.concurrency = concurrency
         self.max_receives = max_receives
@@ -71,10 +87,31 @@ class LocalWakeQueue:
     # --- the port --------------------------------------------------------------------------
 
     def wake(self, session_id: str, reason: str) -> None:
-        """Queue a wake. Every wake is its own message (never merged away): a duplicate run of
-        a session is harmless, a lost one is not."""
+        """Queue a wake. Every wake is its own message (never merged away, as a fresh
+        deduplication id makes it on SQS): a duplicate run of a session is harmless, a lost
+        one is not."""
+        self._insert(session_id, json.dumps({"session_id": session_id, "reason": reason}))
+
+    def send(self, session_id: str, body: str, dedup_id: str | None = None) -> bool:
+        """Queue ``body`` in the session's group; without ``dedup_id`` it is deduplicated by
+        content (SHA-256 of the body) over 5 minutes. False: accepted and dropped."""
+        if not self.exact:
+            key = (session_id, dedup_id or hashlib.sha256(body.encode()).hexdigest())
+            now = self.clock.now()
+            with self._deduplication_lock:
+                for old, sent in list(self._deduplication.items()):
+                    if now - sent >= FIFO_DEDUPLICATION_SECONDS:
+                        del self._deduplication[old]
+                if key in self._deduplication:
+                    self.duplicates_dropped += 1
+                    log.info("duplicate wake of session %s dropped", session_id)
+                    return False
+                self._deduplication[key] = now
+        self._insert(session_id, body)
+        return True
+
+    def _insert(self, session_id: str, body: str) -> None:
         now = self.clock.now()
-        body = json.dumps({"session_id": session_id, "reason": reason})
         with self.db.transaction() as db:
             db.execute(
                 "INSERT INTO local_wakes (session_id, body, sent_at, visible_at) "

@@ -35,11 +35,18 @@ def local_logging(*, quiet: bool) -> None:
 
 
 async def serve_until_signalled(
-    app: Any, *, app_name: str, db: str, port: int, webhook_base_url: str | None
+    app: Any,
+    *,
+    app_name: str,
+    db: str,
+    port: int,
+    webhook_base_url: str | None,
+    exact: bool = False,
 ) -> None:
     """Start the local stack, say where it listens, serve until SIGINT/SIGTERM, stop it.
-    Raises :class:`LocalStackError` when it cannot start or fails while serving."""
-    stack = LocalStack(app, db, port=port, webhook_base_url=webhook_base_url)
+    Raises :class:`LocalStackError` when it cannot start or fails while serving. ``exact``:
+    alarms fire on time and the queue deduplicates nothing (see :class:`LocalStack`)."""
+    stack = LocalStack(app, db, port=port, webhook_base_url=webhook_base_url, exact=exact)
     await stack.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -51,6 +58,7 @@ async def serve_until_signalled(
     print(
         f"bide dev: listening on {stack.url}  app={app_name}  db={db}  "
         f"queued wakes={len(stack.queue.queued())}  alarms={len(alarms)}"
+        + ("  exact timing" if exact else "")
         + (f" (next {when(alarms[0].at, SystemClock().now())})" if alarms else ""),
         flush=True,
     )

@@ -10,6 +10,12 @@ Besides the API's routes it answers ``GET /_local/status`` (local only, never de
 which workers run, which wakes are queued, which alarms are armed; and serves the dev console
 (``GET /_console``) with its local-only JSON (``GET /_local/sessions``, ``GET
 /_local/sessions/{id}``; see :mod:`bide.local.console`).
+
+By default the stack behaves like AWS: alarms fire anywhere within the Scheduler's minute
+(sometimes twice) and the wake queue deduplicates alarm wakes by content for 5 minutes
+(:mod:`bide.local.alarms`, :mod:`bide.local.queue`); the worker dead-letters a wake on its
+last attempt with the reason (``bide redrive`` lists and resends them). ``exact=True``
+(``bide dev --exact``) fires alarms at their deadline and deduplicates nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import errno
 import itertools
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -37,6 +44,7 @@ from .console import Console, ProgressLog
 from .db import LocalDb
 from .events import LocalContext, find_route, http_api_event
 from .queue import LocalWakeQueue
+from .redrive import LocalDeadLetters
 from .server import MAX_BODY_BYTES, HttpRequest, HttpResponse, HttpServer
 
 log = logging.getLogger("bide.local")
@@ -69,8 +77,14 @@ class LocalStack:
         webhook_base_url: str | None = None,
         worker_timeout_seconds: float = WORKER_TIMEOUT_SECONDS,
         max_body_bytes: int = MAX_BODY_BYTES,
+        exact: bool = False,
+        seed: int | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.app = app
+        self.exact = exact
+        self.seed = seed
+        self.sleep = sleep
         self.db_path = db_path
         self.clock: Clock = clock or SystemClock()
         self.ids: IdSource = ids or RandomIds()
@@ -110,8 +124,10 @@ class LocalStack:
         # No await from here to the end: requests accepted since the bind are served only
         # once this coroutine yields, and by then the handlers' dependencies exist.
         assert self._store is not None and self._db is not None
-        queue = LocalWakeQueue(self._db, self.clock)
-        alarms = LocalAlarms(self._db, queue, self.clock)
+        queue = LocalWakeQueue(self._db, self.clock, exact=self.exact)
+        alarms = LocalAlarms(
+            self._db, queue, self.clock, exact=self.exact, seed=self.seed, ids=self.ids
+        )
         self._deps = Deps(
             store=self._store,
             alarms=alarms,
@@ -121,6 +137,9 @@ class LocalStack:
             ids=self.ids,
             webhook_base_url=self._webhook_base_url or self.url,
             services={"workflow_progress": self.progress},
+            sleep=self.sleep,
+            dead_letters=LocalDeadLetters(self._db, self.clock),
+            max_receive_count=queue.max_receives,
         )
         # This process holds the file's lock, so wakes taken by an earlier process were
         # abandoned when it died: hand them out again now rather than after a timeout.

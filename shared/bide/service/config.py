@@ -23,6 +23,8 @@ from ..constants import (
     DEFAULT_SAFETY_MARGIN_MS,
     ENV_APP,
     ENV_BUCKET,
+    ENV_DEAD_LETTER_URL,
+    ENV_MAX_RECEIVE_COUNT,
     ENV_QUEUE_ARN,
     ENV_QUEUE_URL,
     ENV_SAFETY_MARGIN_MS,
@@ -47,6 +49,8 @@ _ENV: dict[str, tuple[str, str]] = {
     "webhook_base_url": (ENV_WEBHOOK_BASE_URL, "the public base URL of the HTTP API"),
     "tracing": (ENV_TRACING, "'1' to turn X-Ray tracing on, '0' or unset for off"),
     "safety_margin_ms": (ENV_SAFETY_MARGIN_MS, "milliseconds before the timeout to stop"),
+    "dead_letter_url": (ENV_DEAD_LETTER_URL, "the URL of the wake queue's dead-letter queue"),
+    "max_receive_count": (ENV_MAX_RECEIVE_COUNT, "the wake queue's maxReceiveCount (1-1000)"),
 }
 _ALARM_FIELDS = ("queue_arn", "schedule_group", "scheduler_role_arn")
 
@@ -71,6 +75,9 @@ class Settings(BaseModel):
     webhook_base_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
     tracing: bool = False
     safety_margin_ms: int = Field(default=DEFAULT_SAFETY_MARGIN_MS, ge=0, le=900_000)
+    dead_letter_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    # SQS's redrive policy takes a maxReceiveCount of 1 to 1,000.
+    max_receive_count: int | None = Field(default=None, ge=1, le=1000)
 
     @model_validator(mode="after")
     def _alarms_all_or_nothing(self) -> Self:
@@ -192,7 +199,8 @@ def deps_from_env(
     Scheduler alarms when configured, and the app named by ``BIDE_APP``."""
     from ..aws.dynamodb import DynamoDBStore
     from ..aws.scheduler import SchedulerAlarms
-    from ..aws.sqs import SqsWakeQueue
+    from ..aws.sqs import SqsDeadLetters, SqsWakeQueue
+    from ..engine.ids import RandomIds
     from .observability import ObservedStore
 
     if settings is None:
@@ -203,6 +211,8 @@ def deps_from_env(
         bucket=settings.bucket,
         s3_client=LazyClient("s3", sdk_retries=False),  # type: ignore[arg-type]
     )
+    ids = RandomIds()
+    sqs = LazyClient("sqs")
     alarms: Any = _AlarmsNotConfigured()
     if settings.has_alarms:
         assert settings.schedule_group and settings.queue_arn and settings.scheduler_role_arn
@@ -211,6 +221,7 @@ def deps_from_env(
             group=settings.schedule_group,
             queue_arn=settings.queue_arn,
             role_arn=settings.scheduler_role_arn,
+            ids=ids,
         )
     try:
         app = load_app(settings.app)
@@ -219,7 +230,14 @@ def deps_from_env(
     return Deps(
         store=ObservedStore(store),
         alarms=alarms,
-        queue=SqsWakeQueue(LazyClient("sqs"), settings.queue_url),
+        queue=SqsWakeQueue(sqs, settings.queue_url),
         app=app,
+        ids=ids,
         webhook_base_url=settings.webhook_base_url.rstrip("/"),
+        dead_letters=(
+            None
+            if settings.dead_letter_url is None
+            else SqsDeadLetters(sqs, settings.dead_letter_url)
+        ),
+        max_receive_count=settings.max_receive_count,
     )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..app import App
-from ..aws.ports import Alarms, WakeQueue
+from ..aws.ports import Alarms, DeadLetters, WakeQueue
 from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
 from ..engine.store.base import Store
@@ -25,6 +27,13 @@ class Deps:
     ids: IdSource = field(default_factory=RandomIds)
     webhook_base_url: str = "http://127.0.0.1:8787"
     services: dict[str, Any] = field(default_factory=dict)
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    """How the worker waits (a deadline under the Scheduler's precision, a retry backoff, the
+    invocation's deadline): the same time as ``clock``. Tests and simulated twins pass theirs."""
+    dead_letters: DeadLetters | None = None
+    """Where the worker sets a wake aside on its last attempt (None: SQS's redrive only)."""
+    max_receive_count: int | None = None
+    """The wake queue's maxReceiveCount: the attempt that is a wake's last."""
 
     def harness_services(self) -> dict[str, Any]:
         """What tasks may read through ``rt.services``."""

@@ -1,13 +1,31 @@
-"""The worker: load a session, run it until every task is parked, act on ``wake()``, exit."""
+"""The worker: load a session, run it until every task is parked, act on ``wake()``, exit.
+
+How the wake path meets AWS (see docs/architecture.md, "Wake path on AWS"):
+
+* a deadline closer than the Scheduler's 60 second precision
+  (https://docs.aws.amazon.com/scheduler/latest/UserGuide/schedule-types.html) that fits in
+  the invocation's remaining time is waited for in-process (``deps.sleep``), then the session
+  runs again: no alarm could wake it on time;
+* at ``stop_at`` (the invocation's deadline less the safety margin) running work is stopped
+  cleanly (the harness puts running tasks back to pending) and the session is re-queued, so a
+  long model call never runs into the function's timeout.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
+from ..constants import SCHEDULER_PRECISION_SECONDS
 from ..engine.harness import Harness
 from ..engine.rules import Wake
 from ..engine.state import Sleeping
 from .deps import Deps
+
+# While waiting in-process for a near deadline, look at the session this often: a signal that
+# lands meanwhile runs at once rather than at the deadline (its own wake waits in the queue
+# behind this invocation, in the same message group).
+POLL_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -19,10 +37,39 @@ class WorkerRun:
     action: str  # "requeued" | "armed" | "disarmed" | "idle" (no alarm existed, none needed)
 
 
+@dataclass(frozen=True)
+class _Pass:
+    wake: Wake
+    seq: int
+    may_have_alarm: bool
+    stopped: bool  # cut off at stop_at: running work was put back
+
+
 async def run_session(deps: Deps, session_id: str, *, stop_at: float | None = None) -> WorkerRun:
     """Run ``session_id`` until parked (or until ``stop_at``), then make sure it runs again
-    exactly when it must: at once when still active, at ``wake().at``, or never (parked on
-    signals only: no alarm at all)."""
+    exactly when it must: at once when still active (or cut off at ``stop_at``), after an
+    in-process wait for a deadline the Scheduler cannot meet, at ``wake().at``, or never
+    (parked on signals only: no alarm at all)."""
+    may_have_alarm = False
+    while True:
+        done = await _run_pass(deps, session_id, stop_at)
+        may_have_alarm = may_have_alarm or done.may_have_alarm
+        if done.stopped:
+            deps.queue.wake(session_id, "still-active")
+            return WorkerRun(session_id, done.wake, "requeued")
+        if not await _waited_for_deadline(deps, session_id, done, stop_at):
+            break
+    action = act_on_wake(deps, session_id, done.wake, may_have_alarm=may_have_alarm)
+    if action in ("armed", "disarmed") and deps.store.head(session_id) != done.seq:
+        # The session moved on after this run's final check: another worker may have run it
+        # and armed for the newer state before this (older) arming replaced that alarm.
+        # Run again, so the newest state decides the alarm.
+        deps.queue.wake(session_id, "rearm")
+        action = "requeued"
+    return WorkerRun(session_id, done.wake, action)
+
+
+async def _run_pass(deps: Deps, session_id: str, stop_at: float | None) -> _Pass:
     harness = Harness(
         deps.store,
         session_id,
@@ -39,18 +86,53 @@ async def run_session(deps: Deps, session_id: str, *, stop_at: float | None = No
         isinstance(r.state, Sleeping) and r.state.until is not None
         for r in harness.live_tasks.values()
     )
+    run = asyncio.ensure_future(harness.run_until_parked(stop_at=stop_at))
+    timer = None
+    if stop_at is not None:
+        timer = asyncio.ensure_future(deps.sleep(max(0.0, stop_at - deps.clock.now())))
     try:
-        wake = await harness.run_until_parked(stop_at=stop_at)
+        await asyncio.wait({run, timer} if timer else {run}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if not run.done():
+        # The invocation's deadline (less the margin) came first: stop running work now so
+        # the function returns before its timeout. close() cancels the running phases and
+        # puts their tasks back to pending (no restart counted); the session is re-queued.
+        await harness.close()
+        await asyncio.gather(run, return_exceptions=True)
+        return _Pass(Wake(active=True, at=None), harness.seq, may_have_alarm, stopped=True)
+    try:
+        wake = run.result()
     finally:
         await harness.close()
-    action = act_on_wake(deps, session_id, wake, may_have_alarm=may_have_alarm)
-    if action in ("armed", "disarmed") and deps.store.head(session_id) != harness.seq:
-        # The session moved on after this run's final check: another worker may have run it
-        # and armed for the newer state before this (older) arming replaced that alarm.
-        # Run again, so the newest state decides the alarm.
-        deps.queue.wake(session_id, "rearm")
-        action = "requeued"
-    return WorkerRun(session_id, wake, action)
+    return _Pass(wake, harness.seq, may_have_alarm, stopped=False)
+
+
+async def _waited_for_deadline(
+    deps: Deps, session_id: str, done: _Pass, stop_at: float | None
+) -> bool:
+    """Wait in-process for a deadline under the Scheduler's precision that fits before
+    ``stop_at``; True when the session should run again now. False: arm as usual."""
+    at = done.wake.at
+    if done.wake.active or at is None or stop_at is None:
+        return False
+    now = deps.clock.now()
+    if at - now >= SCHEDULER_PRECISION_SECONDS or at > stop_at:
+        return False
+    while (now := deps.clock.now()) < at:
+        await deps.sleep(min(POLL_SECONDS, at - now))
+        if deps.clock.now() <= now:
+            # The clock did not move while we slept: sleep and clock are not one time
+            # source (e.g. a test's manual clock). Waiting could never end; arm instead.
+            return False
+        if deps.store.head(session_id) != done.seq:
+            break  # a signal or command landed: run now
+    return True
 
 
 def act_on_wake(deps: Deps, session_id: str, wake: Wake, *, may_have_alarm: bool = True) -> str:
