@@ -5,6 +5,7 @@ refactoring from silently turning one into a no-op)."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("mutation_run", ROOT / "scripts/mutation_run.py")
 assert _spec is not None and _spec.loader is not None
 mutation_run = importlib.util.module_from_spec(_spec)
+sys.modules["mutation_run"] = mutation_run  # dataclasses look their module up there
 _spec.loader.exec_module(mutation_run)
 
 
