@@ -4,7 +4,8 @@
 #   make lock            regenerate requirements.lock.txt from pyproject.toml (needs uv)
 #   make test            ruff, ruff format --check, mypy, lint-imports (layering), pytest
 #   make proof           only the proof suites (crash sweeps, model-based, races, hostile
-#                        input), printing their figures; BIDE_LONG_PROOF=1 for the long run
+#                        input), printing their figures, then the mutation run;
+#                        BIDE_LONG_PROOF=1 for the long model-based run
 #   make demo            run the example programs
 #   make bench           run every bench/bench_*.py
 #   make fmt             apply ruff fixes and formatting
@@ -130,10 +131,12 @@ PROOF_TESTS := tests/test_example_sweep.py tests/test_tool_crashes.py \
 	tests/test_proof_aws_crashes.py tests/test_model_based.py tests/test_proof_races.py \
 	tests/test_proof_hostile_input.py
 
+# Then the mutation run (scripts/mutation_run.py): one-line bugs planted in a scratch copy of
+# the tree, each of which the tests must catch.
 proof: venv
-	@$(CLEAN_AWS_ENV) POWERTOOLS_LOG_LEVEL=WARNING POWERTOOLS_METRICS_DISABLED=true \
-	  BIDE_FORBID_SKIPS=1 bash scripts/with_dynamodb_local.sh \
-	  $(BIN)/python -m pytest -s -p no:cacheprovider $(PROOF_TESTS)
+	@$(CLEAN_AWS_ENV) export POWERTOOLS_LOG_LEVEL=WARNING POWERTOOLS_METRICS_DISABLED=true; \
+	  BIDE_FORBID_SKIPS=1 bash scripts/with_dynamodb_local.sh bash -c \
+	  '$(BIN)/python -m pytest -s -p no:cacheprovider $(PROOF_TESTS) && $(BIN)/python scripts/mutation_run.py'
 
 # The Lambda runtime is Python 3.12: run the suite (less the slow sweeps and the CDK tests,
 # which do not depend on the interpreter) on a 3.12 venv built from the same lock, when this

@@ -1,0 +1,210 @@
+"""The mutation run of ``make proof``: plant one-line bugs where a mistake would break Bide's
+promises, and check that the proof suites catch every one of them.
+
+Each mutant is a literal edit of one source file (the text to find must occur exactly once, so
+a refactoring that moves the line fails this run loudly instead of silently testing nothing).
+The edit is made in a scratch copy of the working tree (tracked and untracked files, nothing
+ignored), never in the tree itself, and the mutant's tests run there. A mutant is *killed* when
+pytest reports failing tests (exit status 1); it *survives* when they pass, and an *error*
+(collection error, no tests, a crash of pytest itself) counts as neither and fails the run.
+
+    python scripts/mutation_run.py            # every mutant
+    python scripts/mutation_run.py NAME ...   # only these (names as listed)
+
+Exits 0 only when every mutant was killed. The list is docs/reliability.md's "Mutation run".
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One planted bug: in ``path``, ``find`` (exactly once) becomes ``replace``."""
+
+    name: str
+    path: str
+    find: str
+    replace: str
+    tests: tuple[str, ...]
+    what: str
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        name="commit-condition-dynamodb",
+        path="shared/bide/aws/dynamodb.py",
+        find='_HEAD_AT_EXPECTED_SEQ: Final = "#seq = :expected"',
+        replace='_HEAD_AT_EXPECTED_SEQ: Final = "#seq >= :expected"',
+        tests=("tests/test_proof_races.py",),
+        what="a DynamoDB commit lands over a newer head (lost update)",
+    ),
+    Mutant(
+        name="commit-condition-sqlite",
+        path="shared/bide/engine/store/sqlite.py",
+        find="if actual != expected_seq:",
+        replace="if actual < expected_seq:",
+        tests=("tests/test_store_sqlite.py",),
+        what="a SQLite commit lands over a newer head (lost update)",
+    ),
+    Mutant(
+        name="deadline-race-signal",
+        path="shared/bide/engine/rules.py",
+        find="and state.until <= now",
+        replace="and state.until < now",
+        tests=("tests/test_signals.py",),
+        what="a value arriving exactly at the deadline is accepted instead of closed",
+    ),
+    Mutant(
+        name="deadline-race-wake",
+        path="shared/bide/engine/rules.py",
+        find="if state.until is None or state.until > now:",
+        replace="if state.until is None or state.until >= now:",
+        tests=("tests/test_signals.py",),
+        what="a sleep whose deadline is exactly now is not woken by time",
+    ),
+    Mutant(
+        name="wake-path-still-active",
+        path="shared/bide/service/worker.py",
+        find='        deps.queue.wake(session_id, "still-active")\n',
+        replace="        pass\n",
+        tests=("tests/test_handlers_worker.py",),
+        what="a run stopped with work left does not queue its next run",
+    ),
+    Mutant(
+        name="wake-path-signal",
+        path="shared/bide/service/signals.py",
+        find='    deps.queue.wake(session_id, "signal")\n',
+        replace="    pass\n",
+        tests=("tests/test_proof_aws_crashes.py",),
+        what="a delivered signal queues no wake for its session",
+    ),
+    Mutant(
+        name="wake-path-stale-alarm",
+        path="shared/bide/service/worker.py",
+        find="deps.store.head(session_id) != harness.seq",
+        replace="False",
+        tests=("tests/test_proof_races.py",),
+        what="a stalled worker's older alarm replaces a newer one",
+    ),
+    Mutant(
+        name="alarm-expression-rounds-down",
+        path="shared/bide/aws/scheduler.py",
+        find="math.ceil(at)",
+        replace="math.floor(at)",
+        tests=("tests/test_proof_aws_crashes.py",),
+        what="the Scheduler expression names a moment before the deadline",
+    ),
+    Mutant(
+        name="local-alarm-deleted-before-wake",
+        path="shared/bide/local/alarms.py",
+        find=(
+            '            self.queue.wake(session_id, "alarm")\n'
+            "            with self.db.transaction() as db:\n"
+            "                db.execute(\n"
+            '                    "DELETE FROM local_alarms WHERE session_id = ? AND at = ?",'
+            " (session_id, at)\n"
+            "                )\n"
+        ),
+        replace=(
+            "            with self.db.transaction() as db:\n"
+            "                db.execute(\n"
+            '                    "DELETE FROM local_alarms WHERE session_id = ? AND at = ?",'
+            " (session_id, at)\n"
+            "                )\n"
+            '            self.queue.wake(session_id, "alarm")\n'
+        ),
+        tests=("tests/test_local_parts.py",),
+        what="a crash between deleting a local alarm and queueing its wake loses the wake",
+    ),
+)
+
+
+def tree_files() -> list[str]:
+    """The working tree's files as git sees them: tracked and untracked, nothing ignored."""
+    out = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout
+    return [p for p in out.decode().split("\0") if p and (ROOT / p).is_file()]
+
+
+def scratch_copy(files: list[str], into: Path) -> None:
+    """Copy ``files`` from the working tree into ``into`` (same relative paths)."""
+    for rel in files:
+        target = into / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, target)
+
+
+def plant(tree: Path, mutant: Mutant) -> None:
+    """Apply ``mutant`` in ``tree``; refuse when its text is not there exactly once."""
+    source = tree / mutant.path
+    text = source.read_text()
+    found = text.count(mutant.find)
+    if found != 1:
+        raise SystemExit(
+            f"mutant {mutant.name}: the text to mutate occurs {found} times in {mutant.path} "
+            "(expected once): update scripts/mutation_run.py to the code as it is now"
+        )
+    source.write_text(text.replace(mutant.find, mutant.replace))
+
+
+def run_tests(tree: Path, mutant: Mutant) -> tuple[str, float]:
+    """Run the mutant's tests in ``tree``: ("killed" | "survived" | "error", seconds)."""
+    env = dict(os.environ)
+    env.pop("BIDE_FORBID_SKIPS", None)  # a mutant may make tests skip; only failures count
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutant.tests],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    seconds = time.monotonic() - started
+    if done.returncode == 1:
+        return "killed", seconds
+    if done.returncode == 0:
+        return "survived", seconds
+    tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+    print(f"--- {mutant.name}: pytest exited {done.returncode}\n{tail}", file=sys.stderr)
+    return "error", seconds
+
+
+def main(argv: list[str]) -> int:
+    wanted = set(argv)
+    unknown = wanted - {m.name for m in MUTANTS}
+    if unknown:
+        print(f"unknown mutants: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    chosen = [m for m in MUTANTS if not wanted or m.name in wanted]
+    files = tree_files()
+    results: list[tuple[Mutant, str, float]] = []
+    for mutant in chosen:
+        with tempfile.TemporaryDirectory(prefix="bide-mutant-") as scratch:
+            tree = Path(scratch)
+            scratch_copy(files, tree)
+            plant(tree, mutant)
+            verdict, seconds = run_tests(tree, mutant)
+        results.append((mutant, verdict, seconds))
+        print(f"{verdict:8} {seconds:6.1f}s  {mutant.name}: {mutant.what}", flush=True)
+    killed = sum(1 for _, v, _ in results if v == "killed")
+    print(f"mutation run: {killed} of {len(results)} mutants killed")
+    return 0 if killed == len(results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
