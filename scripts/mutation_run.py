@@ -76,8 +76,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="wake-path-still-active",
         path="shared/bide/service/worker.py",
-        find='        deps.queue.wake(session_id, "still-active")\n',
-        replace="        pass\n",
+        find='        deps.queue.wake(session_id, "still-active")\n        return "requeued"\n',
+        replace='        return "requeued"\n',
         tests=("tests/test_handlers_worker.py",),
         what="a run stopped with work left does not queue its next run",
     ),
@@ -92,24 +92,25 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="wake-path-stale-alarm",
         path="shared/bide/service/worker.py",
-        find="deps.store.head(session_id) != harness.seq",
-        replace="False",
+        find='if action in ("armed", "disarmed") and deps.store.head(session_id) != done.seq:',
+        replace="if False:",
         tests=("tests/test_proof_races.py",),
         what="a stalled worker's older alarm replaces a newer one",
     ),
     Mutant(
         name="alarm-expression-rounds-down",
         path="shared/bide/aws/scheduler.py",
-        find="math.ceil(at)",
-        replace="math.floor(at)",
-        tests=("tests/test_proof_aws_crashes.py",),
+        find="return float(math.ceil(at / step) * step)",
+        replace="return float(math.floor(at / step) * step)",
+        tests=("tests/test_wake_path.py",),
         what="the Scheduler expression names a moment before the deadline",
     ),
     Mutant(
         name="local-alarm-deleted-before-wake",
         path="shared/bide/local/alarms.py",
         find=(
-            '            self.queue.wake(session_id, "alarm")\n'
+            "            for _ in range(self._copies(alarm)):\n"
+            "                self._send(session_id, body)\n"
             "            with self.db.transaction() as db:\n"
             "                db.execute(\n"
             '                    "DELETE FROM local_alarms WHERE session_id = ? AND at = ?",'
@@ -122,9 +123,10 @@ MUTANTS: tuple[Mutant, ...] = (
             '                    "DELETE FROM local_alarms WHERE session_id = ? AND at = ?",'
             " (session_id, at)\n"
             "                )\n"
-            '            self.queue.wake(session_id, "alarm")\n'
+            "            for _ in range(self._copies(alarm)):\n"
+            "                self._send(session_id, body)\n"
         ),
-        tests=("tests/test_local_parts.py",),
+        tests=("tests/test_local_alarm_order.py",),
         what="a crash between deleting a local alarm and queueing its wake loses the wake",
     ),
 )
