@@ -129,6 +129,28 @@ MUTANTS: tuple[Mutant, ...] = (
         tests=("tests/test_local_alarm_order.py",),
         what="a crash between deleting a local alarm and queueing its wake loses the wake",
     ),
+    Mutant(
+        name="alarm-arming-id-constant",
+        path="shared/bide/aws/scheduler.py",
+        find='"Input": alarm_body(session_id, at, self.ids.new_id("arm-")),',
+        replace='"Input": alarm_body(session_id, at, "arm-0"),',
+        tests=("tests/test_wake_path.py",),
+        what="re-arming the same deadline sends the same body, which FIFO deduplication drops",
+    ),
+    Mutant(
+        name="batch-failure-blocks-other-sessions",
+        path="shared/bide/service/worker_batch.py",
+        find=(
+            "            if group in failed_groups:\n"
+            "                _redeliver_in(deps, record, failed_groups[group])\n"
+        ),
+        replace=(
+            "            if failed_groups:\n"
+            "                _redeliver_in(deps, record, max(failed_groups.values()))\n"
+        ),
+        tests=("tests/test_wake_path.py",),
+        what="one session's failed wake fails the later wakes of every other session",
+    ),
 )
 
 
