@@ -157,11 +157,9 @@ def test_update_replans_and_delete_cancels() -> None:
 
 def test_target_failures_are_retried_then_dead_lettered() -> None:
     scheduler, sqs, _, arn = bench()
-    dlq = sqs.create_queue(QueueName="dlq.fifo", Attributes=FIFO)["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq)["Attributes"]["QueueArn"]
-    missing = arn.replace("wake.fifo", "missing.fifo")
+    dlq_arn = "arn:aws:sqs:us-east-1:123456789012:schedule-dead-letters"  # a standard queue
     target = {
-        "Arn": missing,
+        "Arn": arn.replace("wake.fifo", "missing.fifo"),
         "RetryPolicy": {"MaximumRetryAttempts": 3, "MaximumEventAgeInSeconds": 3600},
         "DeadLetterConfig": {"Arn": dlq_arn},
     }
@@ -169,7 +167,13 @@ def test_target_failures_are_retried_then_dead_lettered() -> None:
     sqs.clock.advance(7200)
     assert [i.attempt for i in scheduler.invocations] == [0, 1, 2, 3]
     assert {i.error for i in scheduler.invocations} == {"AWS.SimpleQueueService.NonExistentQueue"}
-    assert sqs.bodies(dlq) == ["wake"]
+    assert [(d["body"], d["dead_letter_arn"]) for d in scheduler.dead_letters] == [
+        ("wake", dlq_arn)
+    ]
+    fifo_dlq = {**target, "DeadLetterConfig": {"Arn": arn}}
+    with pytest.raises(ClientError) as exc:
+        scheduler.create_schedule(**request("t", "2026-01-01T01:00:00", arn, target=fifo_dlq))
+    assert code(exc) == "ValidationException"
 
 
 def test_injected_target_failures_are_retried_until_delivered() -> None:

@@ -41,8 +41,8 @@ _AT = re.compile(r"^at\((\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\)$")
 # 1:00:59".
 PRECISION = 60.0
 # https://docs.aws.amazon.com/scheduler/latest/APIReference/API_RetryPolicy.html : attempts
-# 0-185, event age 60-86,400 s; without a policy Scheduler retries 185 times over 24 hours
-# (https://docs.aws.amazon.com/scheduler/latest/UserGuide/configuring-schedule-retry-policy.html).
+# 0-185, event age 60-86,400 s, exponential backoff. The defaults without a policy are not on
+# the pages found, so the twin takes the documented maxima.
 DEFAULT_RETRY = {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 86_400}
 
 PastAt = Literal["never", "reject", "fire"]
@@ -212,6 +212,12 @@ class SchedulerTwin:
             raise TwinUnsupported(f"Target.Arn={target['Arn']!r}: the twin models SQS targets")
         if not isinstance(target.get("Input"), str):
             raise TwinUnsupported("Target.Input: the twin needs the message body as Input")
+        dead_letter = str((target.get("DeadLetterConfig") or {}).get("Arn", ""))
+        # configuring-schedule-dlq.html: "EventBridge Scheduler does not support using a FIFO
+        # queue as your schedule's DLQ". When AWS refuses it is not documented; the twin
+        # refuses at once.
+        if dead_letter.endswith(".fifo"):
+            raise invalid("DeadLetterConfig.Arn: a schedule's dead-letter queue cannot be FIFO")
         policy = target.get("RetryPolicy") or {}
         attempts = policy.get("MaximumRetryAttempts", 0)
         age = policy.get("MaximumEventAgeInSeconds", 60)
@@ -289,20 +295,16 @@ class SchedulerTwin:
         return None
 
     def _dead_letter(self, name: str, target: dict[str, Any], body: str, error: str) -> None:
-        """https://docs.aws.amazon.com/scheduler/latest/UserGuide/configuring-schedule-dlq.html
-        an event that exhausted its retries goes to the target's DeadLetterConfig queue, if
-        any (otherwise it is dropped). Recorded in :attr:`dead_letters` either way."""
+        """An event that exhausted its retries becomes a dead-letter event (a JSON payload
+        with the invocation's details) in the target's DeadLetterConfig queue, if any, else
+        it is dropped; :attr:`dead_letters` records it either way.
+
+        https://docs.aws.amazon.com/scheduler/latest/UserGuide/configuring-schedule-dlq.html
+        (the DLQ is a standard queue, which the twin does not model: events are recorded)."""
         arn = (target.get("DeadLetterConfig") or {}).get("Arn")
-        letter = {"schedule": name, "body": body, "error": error, "dead_letter_arn": arn}
-        self.dead_letters.append(letter)
-        url = self.sqs.queue_by_arn(str(arn)) if arn else None
-        if url is not None:
-            self.sqs.send_message(
-                QueueUrl=url,
-                MessageBody=body,
-                MessageGroupId=name,
-                MessageDeduplicationId=f"{name}-{len(self.dead_letters)}",
-            )
+        self.dead_letters.append(
+            {"schedule": name, "body": body, "error": error, "dead_letter_arn": arn}
+        )
 
     # --- internals ----------------------------------------------------------------------------
 
