@@ -309,7 +309,7 @@ class SqsTwin:
     def _available_groups(self, queue: _Queue, now: float) -> list[str]:
         """Groups with nothing in flight, ordered by their oldest message.
 
-        https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/using-messagegroupid-property.html
+        https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/FIFO-queues-understanding-logic.html
         messages of one group are delivered in order, none while another of the group is in
         flight, and a receive returns as many of one group as it can before the next."""
         blocked = {m.group for m in queue.messages if m.visible_at > now}
