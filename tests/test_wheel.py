@@ -89,7 +89,13 @@ def test_the_wheel_holds_the_package_its_data_and_the_command(wheel: Path) -> No
         p.relative_to(ROOT / "shared").as_posix()
         for p in (ROOT / "shared" / "bide").rglob("*.tmpl")
     }
-    for name in ("bide/cdk/service.py", "bide/cdk/placeholder/handler.py", "bide/testing.py"):
+    for name in (
+        "bide/cdk/service.py",
+        "bide/cdk/placeholder/handler.py",
+        "bide/testing/__init__.py",
+        "bide/testing/aws/__init__.py",
+        "bide/testing/aws/sqs.py",
+    ):
         assert name in names
     for name in ("worker", "signal", "api"):
         assert f"bide/handlers/{name}.py" in names
@@ -118,6 +124,7 @@ def test_a_fresh_venv_runs_bide_and_a_new_projects_tests(wheel: Path, tmp_path: 
     where = run(python, "-c", "import bide; print(bide.__file__)", cwd=tmp_path).strip()
     assert Path(where).is_relative_to(venv), where
     assert "init" in run(venv / "bin" / "bide", "--help", cwd=tmp_path)
+    run(python, "-c", "import bide.testing.aws", cwd=tmp_path)  # the AWS twin ships too
     # Without the extra, bide.cdk says what to install.
     missing = subprocess.run(
         [python, "-c", "import bide.cdk"],

@@ -16,14 +16,14 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from .app import App
-from .engine.errors import DefinitionError
-from .engine.harness import Harness
-from .engine.records import TaskRecord
-from .engine.rules import SignalDecision
-from .engine.store.base import Doc, Store
-from .engine.store.wrapper import StoreWrapper
-from .tools.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token, verify
+from ..app import App
+from ..engine.errors import DefinitionError
+from ..engine.harness import Harness
+from ..engine.records import TaskRecord
+from ..engine.rules import SignalDecision
+from ..engine.store.base import Doc, Store
+from ..engine.store.wrapper import StoreWrapper
+from ..tools.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token, verify
 
 
 async def deliver_webhook(
