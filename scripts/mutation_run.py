@@ -102,7 +102,7 @@ MUTANTS: tuple[Mutant, ...] = (
         path="shared/bide/aws/scheduler.py",
         find="return float(math.ceil(at / step) * step)",
         replace="return float(math.floor(at / step) * step)",
-        tests=("tests/test_wake_path.py",),
+        tests=("tests/test_twin_scheduler.py", "tests/test_twin_worker.py"),
         what="the Scheduler expression names a moment before the deadline",
     ),
     Mutant(

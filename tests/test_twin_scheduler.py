@@ -229,13 +229,6 @@ def test_bide_alarm_input_reaches_the_queue_as_the_body() -> None:
     assert alarms.armed_at("session-1") is None  # ActionAfterCompletion DELETE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Bide bug: at_expression rounds the deadline up to the next second and promises the "
-        "alarm never fires before it, but Scheduler fires anywhere in the named minute"
-    ),
-)
 def test_a_bide_alarm_never_fires_before_its_deadline() -> None:
     from bide.aws.scheduler import SchedulerAlarms
 

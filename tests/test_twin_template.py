@@ -17,7 +17,7 @@ os.environ["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"] = "20"
 import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
-from twin_fixtures import STACK_CONFIG, start_napper, twin_bench, wall_budget
+from twin_fixtures import STACK_CONFIG, start_napper, twin_bench
 
 from bide import Terminal
 from bide.cdk import FEATURE_FLAGS, SKIP_BUNDLING_CONTEXT
@@ -118,7 +118,7 @@ def test_the_twin_built_from_the_synthesized_stack_runs_the_real_worker(
 ) -> None:
     logging.disable(logging.INFO)
     try:
-        with wall_budget(30), twin_bench(seed=2, config=twin_config(template)) as bench:
+        with twin_bench(seed=2, config=twin_config(template)) as bench:
 
             async def scenario() -> str:
                 bench.worker.start()

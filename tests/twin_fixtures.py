@@ -5,7 +5,6 @@ a DynamoDB store on moto through the twin, and a napper session to run on it."""
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -107,12 +106,3 @@ async def start_napper(bench: TwinBench, rounds: list[dict[str, Any]], session_i
     await harness.close()
     bench.deps.queue.wake(session_id, "submit")
     return task_id
-
-
-@contextlib.contextmanager
-def wall_budget(seconds: float) -> Iterator[None]:
-    """The block must finish within ``seconds`` of wall time (simulated hours are cheap)."""
-    began = time.monotonic()
-    yield
-    spent = time.monotonic() - began
-    assert spent < seconds, f"took {spent:.1f} s of wall time"
