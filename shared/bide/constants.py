@@ -34,3 +34,7 @@ DEFAULT_SAFETY_MARGIN_MS = 20_000
 # Metric namespace (Powertools EMF).
 METRICS_NAMESPACE = "Bide"
 SERVICE_NAME = "bide"
+
+# Principals (comma-separated ARNs) allowed into every session besides its owner; an IAM role
+# ARN admits every session of that role (see bide.service.owners).
+ENV_ADMIN_PRINCIPALS = "BIDE_ADMIN_PRINCIPALS"

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..app import load_app
 from ..constants import (
     DEFAULT_SAFETY_MARGIN_MS,
+    ENV_ADMIN_PRINCIPALS,
     ENV_APP,
     ENV_BUCKET,
     ENV_QUEUE_ARN,
@@ -34,6 +35,7 @@ from ..constants import (
 )
 from ..engine.errors import BideError
 from .deps import Deps
+from .owners import parse_admins
 
 # Field of Settings <- environment variable, with what the variable must hold (for messages).
 _ENV: dict[str, tuple[str, str]] = {
@@ -47,6 +49,7 @@ _ENV: dict[str, tuple[str, str]] = {
     "webhook_base_url": (ENV_WEBHOOK_BASE_URL, "the public base URL of the HTTP API"),
     "tracing": (ENV_TRACING, "'1' to turn X-Ray tracing on, '0' or unset for off"),
     "safety_margin_ms": (ENV_SAFETY_MARGIN_MS, "milliseconds before the timeout to stop"),
+    "admin_principals": (ENV_ADMIN_PRINCIPALS, "comma-separated IAM principal ARNs"),
 }
 _ALARM_FIELDS = ("queue_arn", "schedule_group", "scheduler_role_arn")
 
@@ -71,6 +74,7 @@ class Settings(BaseModel):
     webhook_base_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
     tracing: bool = False
     safety_margin_ms: int = Field(default=DEFAULT_SAFETY_MARGIN_MS, ge=0, le=900_000)
+    admin_principals: str = Field(default="", pattern=r"^(arn:[^,\s]+)?(\s*,\s*arn:[^,\s]+)*$")
 
     @model_validator(mode="after")
     def _alarms_all_or_nothing(self) -> Self:
@@ -222,4 +226,5 @@ def deps_from_env(
         queue=SqsWakeQueue(LazyClient("sqs"), settings.queue_url),
         app=app,
         webhook_base_url=settings.webhook_base_url.rstrip("/"),
+        admin_principals=parse_admins(settings.admin_principals),
     )

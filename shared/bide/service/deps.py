@@ -25,6 +25,8 @@ class Deps:
     ids: IdSource = field(default_factory=RandomIds)
     webhook_base_url: str = "http://127.0.0.1:8787"
     services: dict[str, Any] = field(default_factory=dict)
+    #: Principals allowed into every session besides its owner (see bide.service.owners).
+    admin_principals: frozenset[str] = frozenset()
 
     def harness_services(self) -> dict[str, Any]:
         """What tasks may read through ``rt.services``."""
