@@ -164,9 +164,7 @@ def test_pages_stop_at_the_byte_bound_and_the_tail_is_read_by_entry_number(deps:
     # Every hundredth entry is 300 KiB: the page holds fewer than the limit, says more exist.
     assert page["more"] is True and numbers(page["items"])[0] == 1_000
     assert len(page["items"]) < MAX_PAGE_LIMIT
-    status, tail, _ = call(
-        deps, "GET", f"/sessions/{sid}/transcript", query={"from_entry": "1595"}
-    )
+    status, tail, _ = call(deps, "GET", f"/sessions/{sid}/transcript", query={"from_entry": "1595"})
     assert numbers(tail["items"]) == [1_595, 1_596, 1_597, 1_598, 1_599, 1_600]
     assert tail["more"] is False
 
@@ -195,7 +193,7 @@ def test_live_tasks_and_submissions_are_served_by_page(deps: Deps) -> None:
         return made
 
     created = asyncio.run(start_tasks())
-    status, summary, _ = call(deps, "GET", f"/sessions/{sid}")
+    _, summary, _ = call(deps, "GET", f"/sessions/{sid}")
     assert summary["tasks_total"] == 7 and [t["id"] for t in summary["tasks"]] == created
     tasks, _ = follow(deps, f"/sessions/{sid}/tasks", limit="3")
     assert [t["id"] for t in tasks] == created

@@ -25,7 +25,16 @@ from typing import Any, TextIO
 
 from .engine.clock import SystemClock
 from .engine.errors import BideError
-from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path_of
+from .local import listing
+from .local.client import (
+    DEFAULT_URL,
+    ApiClient,
+    ApiResponse,
+    ClientError,
+    PageRefused,
+    path_of,
+    session_view,
+)
 from .local.render import hook_line, not_taken, render_session
 from .local.serve import local_logging, serve_until_signalled
 from .local.stack import LocalStackError
@@ -182,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = command("cancel", "cancel one task (and what it owns)")
     cancel.add_argument("session")
     cancel.add_argument("task")
+    listing.add_parser(command)
     return parser
 
 
@@ -242,12 +252,12 @@ def cmd_submit(args: argparse.Namespace) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> None:
-    """GET /sessions/{id}, drawn as a tree."""
-    response = _send(args, "GET", path_of("sessions", args.session))
-    if not args.json:
-        view = response.body if isinstance(response.body, dict) else {}
-        if "asks" not in view:
-            view = {**view, **_workflow_view(args)}
+    """GET /sessions/{id} and the pages it continues on, drawn as a tree."""
+    view = session_view(_client(args), args.session, tail=args.tail)  # PageRefused: exit 1
+    if args.json:
+        print(json.dumps(view, indent=2, sort_keys=True))
+    else:
+        view = view if "asks" in view else {**view, **_workflow_view(args)}
         print(render_session(view, SystemClock().now(), tail=args.tail))
 
 
@@ -445,7 +455,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
         raise CommandFailed(str(exc), EXIT_UNREACHABLE) from None
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
+COMMANDS: dict[str, Callable[[argparse.Namespace], object]] = {
     "dev": cmd_dev,
     "init": cmd_init,
     "create": cmd_create,
@@ -458,6 +468,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "watch": cmd_watch,
     "stop": cmd_stop,
     "cancel": cmd_cancel,
+    "sessions": lambda args: listing.run(args, _client(args)),
 }
 
 
@@ -473,6 +484,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClientError as exc:
         print(f"bide {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    except PageRefused as exc:  # a GET of a session or a page of one was refused
+        print(f"bide {args.command}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
