@@ -5,6 +5,7 @@ stays under its bound, and cursors are checked. On the SQLite store and on Dynam
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -253,6 +254,13 @@ def test_a_tampered_or_foreign_cursor_is_a_400_naming_the_field(deps: Deps) -> N
     tampered = cursor[:5] + ("A" if cursor[5] != "A" else "B") + cursor[6:]
     assert refused(f"/sessions/{sid}/transcript", {"cursor": tampered}).startswith("cursor:")
     assert "cursor:" in refused(f"/sessions/{sid}/transcript", {"cursor": "garbage"})
+    # A well-formed cursor whose position was edited (to skip ahead) keeps its old checksum.
+    raw, check = cursor.split(".")
+    payload = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+    payload["a"] = payload["a"].replace("00000002", "00000004")
+    edited = base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+    why = refused(f"/sessions/{sid}/transcript", {"cursor": f"{edited}.{check}"})
+    assert why == "cursor: the cursor was altered or truncated"
     assert "another session" in refused(f"/sessions/{other}/transcript", {"cursor": cursor})
     assert "another list" in refused(f"/sessions/{sid}/tasks", {"cursor": cursor})
     assert "another list" in refused("/sessions", {"cursor": cursor})

@@ -248,3 +248,29 @@ def test_the_local_stack_names_its_caller() -> None:
     )
     assert principal_of(event) == "bob"
     assert re.fullmatch(r"\d{12}", event["requestContext"]["authorizer"]["iam"]["accountId"])
+
+
+def test_the_construct_names_the_administrators_to_every_function(tmp_path) -> None:
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from bide.cdk import FEATURE_FLAGS, SKIP_BUNDLING_CONTEXT, BideService
+    from bide.constants import ENV_ADMIN_PRINCIPALS
+
+    def stack(admins: list[str]) -> tuple[cdk.Stack, BideService]:
+        app = cdk.App(context={**FEATURE_FLAGS, SKIP_BUNDLING_CONTEXT: True})
+        made = cdk.Stack(app, "Owners")
+        (tmp_path / "my_app.py").write_text("app = None\n")
+        service = BideService(
+            made, "S", app_module="my_app:app", app_paths=[tmp_path], admin_principals=admins
+        )
+        return made, service
+
+    made, _ = stack([ADMIN_ROLE, ALICE])
+    functions = Template.from_stack(made).find_resources("AWS::Lambda::Function")
+    envs = [f["Properties"].get("Environment", {}).get("Variables", {}) for f in functions.values()]
+    named = [env for env in envs if "BIDE_APP" in env]
+    assert len(named) == 3
+    assert all(env[ENV_ADMIN_PRINCIPALS] == f"{ADMIN_ROLE},{ALICE}" for env in named)
+    with pytest.raises(ValueError, match="admin_principals"):
+        stack(["bob"])
