@@ -442,3 +442,36 @@ def test_sessions_lists_yours_and_show_reads_a_long_transcripts_tail(
     code, out, _ = bide(capsys, stack.url, "show", sid, "--tail", "3")
     assert code == 0 and "transcript (last 3 of 120)" in out
     assert "line 118" in out and "line 120" in out and "line 117" not in out
+
+
+def test_watch_follows_a_transcript_past_its_first_page(stack: BackgroundStack, capsys) -> None:
+    from bide import SQLiteStore
+    from bide.engine.store.base import Doc
+    from bide.local.watch import changes, read_snapshot
+
+    sid = bide(capsys, stack.url, "create")[1].strip()
+    client = ApiClient(stack.url)
+    first = read_snapshot(client, sid)
+    assert first.new_entries == []
+    store = SQLiteStore(stack.stack.db_path)
+    try:
+        head = store.get_doc(sid, "conv/main")
+        assert head is not None
+        for start in (1, 61, 121):
+            docs = [
+                Doc(f"conv/main/e/{n:08d}", {"type": "user", "text": f"line {n}"})
+                for n in range(start, start + 60)
+            ]
+            counted = Doc("conv/main", {**head.body, "entries": start + 59})
+            store.commit(sid, store.head(sid), [], [*docs, counted])
+            if start == 61:
+                middle = read_snapshot(client, sid, first)
+    finally:
+        store.close()
+    last = read_snapshot(client, sid, middle)
+    assert [e["text"] for e in middle.new_entries] == [f"line {n}" for n in range(1, 121)]
+    assert [e["text"] for e in last.new_entries] == [f"line {n}" for n in range(121, 181)]
+    lines = changes(middle, last, 0.0)
+    assert [line.split()[-1] for line in lines if "line " in line] == [
+        str(n) for n in range(121, 181)
+    ]
