@@ -9,6 +9,7 @@ the transcript, of the live tasks and of the submissions; :func:`transcript_page
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ..agent.agent import Conversations
@@ -152,6 +153,28 @@ def _tasks(harness: Harness, session_id: str, cursor: str | None, limit: int, bo
     )
 
 
+#: The first ranged read of a page asks for this many documents, each next one for four
+#: times more (up to what the page still needs): a page that stops at its byte bound after a
+#: few large documents (each maybe an S3 read) has not read a hundred more.
+FIRST_READ = 16
+
+
+def _read_docs(
+    deps: Deps, session_id: str, prefix: str, after: str | None, wanted: int
+) -> Iterator[tuple[str, Any]]:
+    """``(key, body)`` of up to ``wanted`` documents after ``after``, read lazily in growing
+    ranged reads (one Query each on DynamoDB): the page stops pulling when it is full."""
+    size = FIRST_READ
+    while wanted > 0:
+        docs = deps.store.list_docs(session_id, prefix, start_after=after, limit=min(size, wanted))
+        yield from ((d.key, d.body) for d in docs)
+        if len(docs) < min(size, wanted):
+            return
+        wanted -= len(docs)
+        after = docs[-1].key
+        size *= 4
+
+
 def _docs(
     deps: Deps,
     session_id: str,
@@ -163,10 +186,8 @@ def _docs(
 ) -> Page:
     if after is not None and (not isinstance(after, str) or not after.startswith(prefix)):
         raise BadCursor("cursor", f"not a position in the {kind} list")
-    # One ranged read of limit + 1 documents (the extra one says whether more exist).
-    docs = deps.store.list_docs(session_id, prefix, start_after=after, limit=limit + 1)
     return build_page(
-        ((d.key, d.body) for d in docs),
+        _read_docs(deps, session_id, prefix, after, limit + 1),
         limit=limit,
         session=session_id,
         kind=kind,
