@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from aws_fixtures import LockedClient, aws_client, fake_aws_environment, unique
@@ -56,6 +57,8 @@ from bide.tools import Sleep, ToolRegistry, ToolResult, define_tool
 ACCOUNT = "123456789012"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/bide-scheduler"
 WEBHOOK_BASE = "https://hooks.example.test"
+#: The IAM caller of every synthetic API event unless a test names another.
+PRINCIPAL = f"arn:aws:iam::{ACCOUNT}:user/alice"
 
 # --- the test app ------------------------------------------------------------------------------
 
@@ -245,8 +248,12 @@ def http_event(
     headers: dict[str, str] | None = None,
     base64_body: bool = False,
     route_key: str = "$default",
+    principal: str | None = PRINCIPAL,
+    query: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """An API Gateway HTTP API (payload 2.0) event. ``body`` is sent as JSON; ``raw`` as is."""
+    """An API Gateway HTTP API (payload 2.0) event. ``body`` is sent as JSON; ``raw`` as is.
+    ``principal`` is the IAM caller (``requestContext.authorizer.iam.userArn``; None for
+    none, as on the webhook route); ``query`` the query string parameters."""
     all_headers = {"content-type": "application/json"} if body is not None else {}
     all_headers.update({k.lower(): v for k, v in (headers or {}).items()})
     payload: bytes | None = None
@@ -258,11 +265,11 @@ def http_event(
     if payload is not None:
         text = base64.b64encode(payload).decode() if base64_body else payload.decode()
     number = next(_request_ids)
-    return {
+    event: dict[str, Any] = {
         "version": "2.0",
         "routeKey": route_key,
         "rawPath": path,
-        "rawQueryString": "",
+        "rawQueryString": urlencode(query or {}),
         "headers": all_headers,
         "requestContext": {
             "accountId": ACCOUNT,
@@ -285,6 +292,13 @@ def http_event(
         "body": text,
         "isBase64Encoded": base64_body,
     }
+    if query:
+        event["queryStringParameters"] = dict(query)
+    if principal is not None:
+        event["requestContext"]["authorizer"] = {
+            "iam": {"accountId": ACCOUNT, "callerId": "AIDATEST", "userArn": principal}
+        }
+    return event
 
 
 def signal_event(
@@ -297,7 +311,8 @@ def signal_event(
 
 
 def hook_event(token: str, raw: bytes | str | None, **kw: Any) -> dict[str, Any]:
-    """``POST /hooks/{token}``."""
+    """``POST /hooks/{token}`` (no IAM caller: the token is the credential)."""
+    kw.setdefault("principal", None)
     return http_event("POST", f"/hooks/{token}", raw=raw, route_key="POST /hooks/{token}", **kw)
 
 

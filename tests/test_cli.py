@@ -8,6 +8,7 @@ import json
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -404,3 +405,84 @@ def test_dev_exact_and_redrive_are_commands(monkeypatch) -> None:
     monkeypatch.setenv("BIDE_WAKE_DLQ_URL", "https://sqs.example/dead.fifo")
     args = build_parser().parse_args(["redrive", "s1"])
     assert (args.session, args.all, args.dlq_url) == ("s1", False, "https://sqs.example/dead.fifo")
+
+
+# --- pages and owners (GET /sessions, transcript pages, X-Bide-Principal) ---------------------
+
+
+def test_sessions_lists_yours_and_show_reads_a_long_transcripts_tail(
+    stack: BackgroundStack, capsys
+) -> None:
+    from bide import SQLiteStore
+    from bide.engine.store.base import Doc
+
+    made = [bide(capsys, stack.url, "create")[1].strip() for _ in range(2)]
+    code, out, _ = bide(capsys, stack.url, "sessions", "--all", "--limit", "1")
+    listed = [line.split()[0] for line in out.splitlines()]
+    assert code == 0 and set(made) <= set(listed) and len(listed) == len(set(listed))
+    code, out, _ = bide(capsys, stack.url, "--json", "sessions", "--limit", "1")
+    assert code == 0 and len(out.splitlines()) == 1 and "session_id" in json.loads(out)
+    with pytest.raises(SystemExit) as usage:
+        main(["--url", stack.url, "sessions", "--limit", "501"])
+    assert usage.value.code == EXIT_USAGE and "--limit: must be" in capsys.readouterr().err
+
+    # Another principal (the local stack trusts X-Bide-Principal from 127.0.0.1) is refused.
+    request = urllib.request.Request(
+        f"{stack.url}/sessions/{made[0]}", headers={"X-Bide-Principal": "bob"}
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        opener.open(request, timeout=10)
+    assert refused.value.code == 403
+
+    # 120 entries: more than the summary's first page; show reads the tail by entry number.
+    sid = made[1]
+    store = SQLiteStore(stack.stack.db_path)
+    try:
+        head = store.get_doc(sid, "conv/main")
+        assert head is not None
+        for first in range(1, 121, 60):
+            docs = [
+                Doc(f"conv/main/e/{n:08d}", {"type": "user", "text": f"line {n}"})
+                for n in range(first, first + 60)
+            ]
+            counted = Doc("conv/main", {**head.body, "entries": first + 59})
+            store.commit(sid, store.head(sid), [], [*docs, counted])
+    finally:
+        store.close()
+    code, out, _ = bide(capsys, stack.url, "show", sid, "--tail", "3")
+    assert code == 0 and "transcript (last 3 of 120)" in out
+    assert "line 118" in out and "line 120" in out and "line 117" not in out
+
+
+def test_watch_follows_a_transcript_past_its_first_page(stack: BackgroundStack, capsys) -> None:
+    from bide import SQLiteStore
+    from bide.engine.store.base import Doc
+    from bide.local.watch import changes, read_snapshot
+
+    sid = bide(capsys, stack.url, "create")[1].strip()
+    client = ApiClient(stack.url)
+    first = read_snapshot(client, sid)
+    assert first.new_entries == []
+    store = SQLiteStore(stack.stack.db_path)
+    try:
+        head = store.get_doc(sid, "conv/main")
+        assert head is not None
+        for start in (1, 61, 121):
+            docs = [
+                Doc(f"conv/main/e/{n:08d}", {"type": "user", "text": f"line {n}"})
+                for n in range(start, start + 60)
+            ]
+            counted = Doc("conv/main", {**head.body, "entries": start + 59})
+            store.commit(sid, store.head(sid), [], [*docs, counted])
+            if start == 61:
+                middle = read_snapshot(client, sid, first)
+    finally:
+        store.close()
+    last = read_snapshot(client, sid, middle)
+    assert [e["text"] for e in middle.new_entries] == [f"line {n}" for n in range(1, 121)]
+    assert [e["text"] for e in last.new_entries] == [f"line {n}" for n in range(121, 181)]
+    lines = changes(middle, last, 0.0)
+    assert [line.split()[-1] for line in lines if "line " in line] == [
+        str(n) for n in range(121, 181)
+    ]

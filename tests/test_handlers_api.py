@@ -15,6 +15,7 @@ import pytest
 pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
 from aws_fixtures import unique  # noqa: E402
 from handler_fixtures import (  # noqa: E402
+    PRINCIPAL,
     REPLY,
     Bench,
     aws_fixture,
@@ -71,11 +72,20 @@ def test_create_with_and_without_an_id_is_idempotent(bench: Bench) -> None:
     assert status == 200
     assert view == {
         "session_id": chosen,
+        "owner": PRINCIPAL,
         "running": False,
         "wake": {"active": False, "at": None},
+        "entries_total": 0,
+        "tasks_total": 0,
         "tasks": [],
+        "tasks_next": None,
+        "tasks_more": False,
         "entries": [],
+        "entries_next": None,
+        "entries_more": False,
         "submissions": [],
+        "submissions_next": None,
+        "submissions_more": False,
         "webhooks": [],
     }
 
@@ -307,7 +317,7 @@ def test_the_committed_openapi_document_is_current() -> None:
     schemas = document["components"]["schemas"]
     assert {"SessionView", "Submission", "SubmitInput", "ValidationErrorBody"} <= set(schemas)
     submit = document["paths"]["/sessions/{session_id}/inputs"]["post"]
-    assert set(submit["responses"]) == {"202", "404", "422", "503"}
+    assert set(submit["responses"]) == {"202", "403", "404", "422", "503"}
     assert document["security"] == [{"sigv4": []}]
 
 

@@ -25,6 +25,8 @@ from typing import Any, TextIO
 
 from .engine.clock import SystemClock
 from .engine.errors import BideError
+from .local import client as api
+from .local import listing
 from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path_of
 from .local.redrive import RedriveError, add_redrive_parser, run_redrive
 from .local.render import hook_line, not_taken, render_session
@@ -185,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("session")
     cancel.add_argument("task")
     add_redrive_parser(command)
+    listing.add_parser(command)
     return parser
 
 
@@ -245,12 +248,12 @@ def cmd_submit(args: argparse.Namespace) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> None:
-    """GET /sessions/{id}, drawn as a tree."""
-    response = _send(args, "GET", path_of("sessions", args.session))
-    if not args.json:
-        view = response.body if isinstance(response.body, dict) else {}
-        if "asks" not in view:
-            view = {**view, **_workflow_view(args)}
+    """GET /sessions/{id} and the pages it continues on, drawn as a tree."""
+    view = api.session_view(_client(args), args.session, tail=args.tail)  # api.PageRefused: exit 1
+    if args.json:
+        print(json.dumps(view, indent=2, sort_keys=True))
+    else:
+        view = view if "asks" in view else {**view, **_workflow_view(args)}
         print(render_session(view, SystemClock().now(), tail=args.tail))
 
 
@@ -394,12 +397,10 @@ def cmd_watch(args: argparse.Namespace) -> None:
 
 def _route_missing(response: ApiResponse) -> bool:
     # A router's generic "not found" (no route) rather than a handler's "no such ask".
-    return response.status == 405 or response.message.strip().lower() in (
-        "not found",
-        "not found.",
-        "route not found",
-        "no such route",
-    )
+    return response.status == 405 or response.message.strip().lower() in _NO_ROUTE
+
+
+_NO_ROUTE = frozenset({"not found", "not found.", "route not found", "no such route"})
 
 
 def cmd_stop(args: argparse.Namespace) -> None:
@@ -449,15 +450,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
         raise CommandFailed(str(exc), EXIT_UNREACHABLE) from None
 
 
-def cmd_redrive(args: argparse.Namespace) -> None:
-    """List dead-lettered wakes; send them back (see :mod:`bide.local.redrive`)."""
-    try:
-        print(run_redrive(args))
-    except RedriveError as exc:
-        raise CommandFailed(str(exc), EXIT_USAGE) from None
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
+COMMANDS: dict[str, Callable[[argparse.Namespace], object]] = {
     "dev": cmd_dev,
     "init": cmd_init,
     "create": cmd_create,
@@ -470,7 +463,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "watch": cmd_watch,
     "stop": cmd_stop,
     "cancel": cmd_cancel,
-    "redrive": cmd_redrive,
+    "redrive": lambda args: print(run_redrive(args)),  # see bide.local.redrive
+    "sessions": lambda args: listing.run(args, _client(args)),
 }
 
 
@@ -486,6 +480,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClientError as exc:
         print(f"bide {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    except RedriveError as exc:
+        print(f"bide {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except api.PageRefused as exc:  # a GET of a session or a page of one was refused
+        print(f"bide {args.command}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -49,3 +49,7 @@ FIFO_DEDUPLICATION_SECONDS = 300
 # Metric namespace (Powertools EMF).
 METRICS_NAMESPACE = "Bide"
 SERVICE_NAME = "bide"
+
+# Principals (comma-separated ARNs) allowed into every session besides its owner; an IAM role
+# ARN admits every session of that role (see bide.service.owners).
+ENV_ADMIN_PRINCIPALS = "BIDE_ADMIN_PRINCIPALS"

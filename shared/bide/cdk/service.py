@@ -70,6 +70,10 @@ class BideService(Construct):
     (``shared/bide``, and pyproject.toml and requirements.lock.txt for the layer); by default
     the checkout this package was imported from, or for an installed bide the package itself
     with its declared dependencies pinned to the versions installed here.
+
+    ``admin_principals`` are IAM principal ARNs let into every session besides its owner
+    (``BIDE_ADMIN_PRINCIPALS``; an IAM role ARN admits every session of that role): see
+    :mod:`bide.service.owners`.
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class BideService(Construct):
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         throttle: apigw.ThrottleSettings | None = None,
         alarm_topic: sns.ITopic | None = None,
+        admin_principals: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         module, _, attribute = app_module.partition(":")
@@ -144,6 +149,8 @@ class BideService(Construct):
             c.ENV_SCHEDULER_ROLE_ARN: self.scheduler_role.role_arn,
             c.ENV_WEBHOOK_BASE_URL: self.http_api.api_endpoint,
             c.ENV_TRACING: "1" if tracing else "0",
+            # Principals let into every session besides its owner (bide.service.owners).
+            **({c.ENV_ADMIN_PRINCIPALS: _admins(admin_principals)} if admin_principals else {}),
             "POWERTOOLS_SERVICE_NAME": c.SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": c.METRICS_NAMESPACE,
             **(environment or {}),
@@ -193,3 +200,11 @@ class BideService(Construct):
     def api_url(self) -> str:
         """Base URL of the HTTP API (the ``$default`` stage has no path prefix)."""
         return self.http_api.api_endpoint
+
+
+def _admins(principals: Sequence[str]) -> str:
+    """``admin_principals`` as ``BIDE_ADMIN_PRINCIPALS`` holds them (comma-separated ARNs)."""
+    for arn in principals:
+        if not arn.startswith("arn:") or "," in arn or not arn.strip() == arn:
+            raise ValueError(f"admin_principals: {arn!r} is not an IAM principal ARN")
+    return ",".join(principals)

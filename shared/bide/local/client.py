@@ -12,9 +12,10 @@ import re
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from ..engine.errors import BideError
 
@@ -183,6 +184,91 @@ class ApiClient:
         if isinstance(reason, TimeoutError | socket.timeout):
             return f"{self.base_url} did not answer within {self.timeout:g}s"
         return f"cannot reach {self.base_url}: {reason}"
+
+
+class PageRefused(BideError):
+    """The server refused a page of a list (no such session, another principal's...)."""
+
+    def __init__(self, response: ApiResponse, path: str) -> None:
+        super().__init__(f"GET {path} -> HTTP {response.status}: {response.message}")
+        self.response = response
+        self.path = path
+
+
+#: The most items :func:`read_pages` reads of one list for a view (live tasks, submissions):
+#: a view of a session with more says how many it left out instead of reading forever.
+VIEW_ITEMS_CAP = 2000
+
+
+def read_page(client: ApiClient, path: str, **query: Any) -> dict[str, Any]:
+    """One page of a paged list (``{"items", "next", "more"}``); raises :class:`PageRefused`."""
+    asked = {k: str(v) for k, v in query.items() if v is not None}
+    target = path + ("?" + urlencode(asked) if asked else "")
+    response = client.request("GET", target)
+    if not response.ok or not isinstance(response.body, dict):
+        raise PageRefused(response, target)
+    return response.body
+
+
+def read_pages(
+    client: ApiClient, path: str, *, cursor: str | None = None, cap: int | None = None, **query: Any
+) -> Iterator[dict[str, Any]]:
+    """The pages of a list from ``cursor`` to its end (at most ``cap`` items in all)."""
+    read = 0
+    while True:
+        page = read_page(client, path, cursor=cursor, **query)
+        read += len(page.get("items") or [])
+        yield page
+        cursor = page.get("next") or cursor
+        query.pop("from_entry", None)  # where to start: the first page only
+        if not page.get("more") or (cap is not None and read >= cap):
+            return
+
+
+def follow_list(
+    client: ApiClient, path: str, cursor: str | None, **query: Any
+) -> tuple[list[Any], str | None]:
+    """Every item of a list after ``cursor`` and the cursor after the last one (to read what
+    is added later)."""
+    items: list[Any] = []
+    for page in read_pages(client, path, cursor=cursor, **query):
+        items += page.get("items") or []
+        cursor = page.get("next") or cursor
+    return items, cursor
+
+
+def session_view(client: ApiClient, session_id: str, *, tail: int) -> dict[str, Any]:
+    """``GET /sessions/{id}`` completed for a person: every live task and submission (up to
+    :data:`VIEW_ITEMS_CAP`) and the last ``tail`` transcript entries (``entries_total`` says
+    how many there are)."""
+    base = path_of("sessions", session_id)
+    response = client.request("GET", base)
+    if not response.ok or not isinstance(response.body, dict):
+        raise PageRefused(response, base)
+    view = dict(response.body)
+    for name in ("tasks", "submissions"):
+        cursor = view.get(f"{name}_next")
+        if view.get(f"{name}_more") and cursor:
+            pages = read_pages(client, f"{base}/{name}", cursor=cursor, cap=VIEW_ITEMS_CAP)
+            view[name] = list(view.get(name) or []) + [i for p in pages for i in p["items"]]
+    total = int(view.get("entries_total") or len(view.get("entries") or []))
+    if tail <= 0:
+        view["entries"] = []
+    elif total > len(view.get("entries") or []):
+        first = max(1, total - tail + 1)
+        view["entries"] = read_page(client, f"{base}/transcript", from_entry=first, limit=tail)[
+            "items"
+        ]
+    view["entries_total"] = total
+    return view
+
+
+def list_sessions(client: ApiClient, *, limit: int, every: bool) -> Iterator[dict[str, Any]]:
+    """The caller's sessions, newest first: one page of ``limit``, or ``every`` page."""
+    for page in read_pages(client, "/sessions", limit=limit):
+        yield from page.get("items") or []
+        if not every:
+            return
 
 
 def _response(status: int, raw: bytes) -> ApiResponse:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from ..approvals import approval_doc_key
+from ..service.owners import INDEX_PARTITION_PREFIX
 from ..workflow.requests import pending_asks
 from .server import HttpRequest, HttpResponse
 
@@ -162,8 +163,10 @@ class Console:
             rows = db.execute(
                 "SELECT h.session_id, h.seq, (SELECT COUNT(*) FROM tasks t "
                 "WHERE t.session_id = h.session_id AND t.live = 1) "
-                "FROM heads h ORDER BY h.rowid DESC LIMIT ?",
-                (MAX_SESSIONS,),
+                "FROM heads h WHERE substr(h.session_id, 1, ?) != ? "
+                "ORDER BY h.rowid DESC LIMIT ?",
+                # Not the owners' session indexes (bide.service.owners): they are no sessions.
+                (len(INDEX_PARTITION_PREFIX), INDEX_PARTITION_PREFIX, MAX_SESSIONS),
             ).fetchall()
         running = set(stack.queue.running())
         queued: dict[str, int] = {}

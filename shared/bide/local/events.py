@@ -119,8 +119,11 @@ def http_api_event(
     domain: str,
     request_id: str,
     now: float,
+    principal: str | None = None,
 ) -> dict[str, Any]:
-    """An API Gateway HTTP API payload-2.0 event for one request.
+    """An API Gateway HTTP API payload-2.0 event for one request. ``principal``: the IAM
+    caller of an IAM-authorised route, written where API Gateway writes it
+    (``requestContext.authorizer.iam.userArn``).
 
     Header names are lowercased and repeats comma-joined; cookies move to ``cookies``; a body
     that is not UTF-8 is base64-encoded with ``isBase64Encoded``; ``body`` is absent when the
@@ -157,6 +160,10 @@ def http_api_event(
         },
         "isBase64Encoded": False,
     }
+    if principal is not None:
+        event["requestContext"]["authorizer"] = {
+            "iam": {"accountId": LOCAL_ACCOUNT, "callerId": principal, "userArn": principal}
+        }
     if cookies:
         event["cookies"] = cookies
     if raw_query:

@@ -167,7 +167,8 @@ def render_session(view: Mapping[str, Any], now: float, *, tail: int = 6) -> str
     entries = [e for e in view.get("entries") or [] if isinstance(e, Mapping)]
     if entries:
         shown = entries[-tail:] if tail > 0 else []
-        lines.append(f"transcript (last {len(shown)} of {len(entries)}):")
+        total = view.get("entries_total") or len(entries)  # a paged view holds its tail
+        lines.append(f"transcript (last {len(shown)} of {total}):")
         lines += ["  " + entry_line(e) for e in shown]
     return "\n".join(lines)
 

@@ -42,7 +42,7 @@ from ..service.deps import Deps
 from .alarms import LocalAlarms
 from .console import Console, ProgressLog
 from .db import LocalDb
-from .events import LocalContext, find_route, http_api_event
+from .events import LocalContext, Route, find_route, http_api_event
 from .queue import LocalWakeQueue
 from .redrive import LocalDeadLetters
 from .server import MAX_BODY_BYTES, HttpRequest, HttpResponse, HttpServer
@@ -289,6 +289,7 @@ class LocalStack:
             domain=request.host or f"127.0.0.1:{self.server.port}",
             request_id=context.aws_request_id,
             now=self.clock.now(),
+            principal=local_principal(request, route),
         )
         handler = handle_signal if route.target == "signal" else handle_api
         started = asyncio.get_running_loop().time()
@@ -298,6 +299,23 @@ class LocalStack:
         # The route key, not the path: a webhook path holds its capability token.
         log.info("%s -> %d (%.0f ms)", route.key, response.status, elapsed)
         return response
+
+
+#: The header naming the caller on the local stack (trusted from 127.0.0.1 only).
+PRINCIPAL_HEADER = "x-bide-principal"
+_LOOPBACK_PEERS = frozenset({"127.0.0.1", "::1"})
+
+
+def local_principal(request: HttpRequest, route: Route) -> str | None:
+    """Who calls an IAM-authorised route of the local stack: the ``X-Bide-Principal`` header
+    of a request from this machine, else ``local`` (one local principal). The capability
+    webhook route has none, as on AWS; nor has a request from elsewhere."""
+    from ..service.owners import LOCAL_PRINCIPAL
+
+    if route.template == "/hooks/{token}" or request.peer not in _LOOPBACK_PEERS:
+        return None
+    named = [v.strip() for n, v in request.headers if n.lower() == PRINCIPAL_HEADER]
+    return named[-1] if named and named[-1] else LOCAL_PRINCIPAL
 
 
 def proxy_response(result: Any) -> HttpResponse:

@@ -1,11 +1,12 @@
 """Following a session over the sessions API, for ``bide watch``: read, compare, say what changed.
 
-:func:`read_snapshot` reads what a person follows (``GET /sessions/{id}`` and, when the server
-has it, ``GET /sessions/{id}/workflow``); :func:`changes` compares two snapshots and returns
-one line per change (tasks that appeared, changed what they wait for or ended; new transcript
-entries; questions, approvals and sign-ins that opened or closed; webhooks; the session's
-``wake()``; submissions); :func:`idle` says when nothing is left to follow: no live task and no
-generation running. :func:`follow` runs the loop.
+:func:`read_snapshot` reads what a person follows (``GET /sessions/{id}`` completed with the
+pages it continues on, the transcript entries added since the last snapshot by cursor, and,
+when the server has it, ``GET /sessions/{id}/workflow``); :func:`changes` compares two
+snapshots and returns one line per change (tasks that appeared, changed what they wait for
+or ended; new transcript entries; questions, approvals and sign-ins that opened or closed;
+webhooks; the session's ``wake()``; submissions); :func:`idle` says when nothing is left to
+follow: no live task and no generation running. :func:`follow` runs the loop.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from ..engine.clock import Clock
 from ..engine.errors import BideError
-from .client import ApiClient, ApiResponse, path_of
+from .client import ApiClient, ApiResponse, PageRefused, follow_list, path_of, session_view
 from .render import ask_line, call_text, entry_line, task_line, when
 
 # What a task line is drawn from: a change to any of these is a change worth a line.
@@ -40,6 +41,10 @@ class Snapshot:
 
     view: dict[str, Any]
     workflow: dict[str, Any] = field(default_factory=dict)
+    #: Transcript entries added since the previous snapshot (the first: the last few).
+    new_entries: list[Any] = field(default_factory=list)
+    #: Where the transcript was read up to (an API cursor).
+    cursor: str | None = None
 
     @property
     def session_id(self) -> str:
@@ -47,15 +52,25 @@ class Snapshot:
         return str(self.view.get("session_id", "?"))
 
 
-def read_snapshot(client: ApiClient, session_id: str) -> Snapshot:
-    """The session view and its workflow view (empty when the server has no such route)."""
+def read_snapshot(
+    client: ApiClient, session_id: str, previous: Snapshot | None = None, *, first: int = 3
+) -> Snapshot:
+    """The session view, its workflow view (empty when the server has no such route) and the
+    transcript entries since ``previous`` (without one: the last ``first``). Each read costs
+    what changed, not the session's length."""
     path = path_of("sessions", session_id)
-    response = client.request("GET", path)
-    if not response.ok or not isinstance(response.body, dict):
-        raise WatchRefused(response, path)
+    try:
+        view = session_view(client, session_id, tail=0)
+        if previous is None:
+            start = max(1, int(view.get("entries_total") or 0) - first + 1)
+            entries, cursor = follow_list(client, path + "/transcript", None, from_entry=start)
+        else:
+            entries, cursor = follow_list(client, path + "/transcript", previous.cursor)
+    except PageRefused as exc:
+        raise WatchRefused(exc.response, exc.path) from None
     workflow = client.request("GET", path + "/workflow")
     found = workflow.body if workflow.ok and isinstance(workflow.body, dict) else {}
-    return Snapshot(response.body, found)
+    return Snapshot(view, found, entries, cursor)
 
 
 def idle(snapshot: Snapshot) -> bool:
@@ -147,9 +162,7 @@ def changes(old: Snapshot | None, new: Snapshot, now: float) -> list[str]:
         lambda url: f"webhook closed: {url}",
     )
 
-    entries = [e for e in after.get("entries") or [] if isinstance(e, Mapping)]
-    seen = len(before.get("entries") or []) if old is not None else max(0, len(entries) - 3)
-    lines += ["  " + entry_line(e) for e in entries[seen:]]
+    lines += ["  " + entry_line(e) for e in new.new_entries if isinstance(e, Mapping)]
     old_subs = {k: s.get("status") for k, s in _by(before.get("submissions"), "id").items()}
     for key, submission in _by(after.get("submissions"), "id").items():
         if old is not None and old_subs.get(key) != submission.get("status"):
@@ -179,7 +192,7 @@ def follow(
     deadline = None if timeout is None else clock.now() + timeout
     previous: Snapshot | None = None
     while True:
-        current = read_snapshot(client, session_id)
+        current = read_snapshot(client, session_id, previous)
         now = clock.now()
         lines = changes(previous, current, now)
         if raw is not None and lines:

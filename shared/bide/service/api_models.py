@@ -6,8 +6,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..agent.conversation import Submission
-
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_.:@=+-]{1,128}$"
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9_.:@=+-]{1,128}$"
 MAX_NAME = 256  # task ids, signal names and keys in a path
@@ -101,17 +99,85 @@ class WebhookView(BaseModel):
 
 
 class SessionView(BaseModel):
-    """``GET /sessions/{session_id}``: the live task graph, transcript and submissions."""
+    """``GET /sessions/{session_id}``: a bounded summary with the first page of the live
+    tasks, of the transcript and of the submissions; each ``*_next`` cursor continues its
+    list on ``GET /sessions/{session_id}/tasks``, ``.../transcript`` or ``.../submissions``."""
 
     session_id: str
+    owner: str | None = Field(
+        default=None,
+        description="the IAM principal that created it (none: created before "
+        "owners were recorded, open to every caller)",
+    )
     running: bool = Field(description="whether a generation run is open")
     wake: WakeView
-    tasks: list[TaskNode]
-    entries: list[dict[str, Any]]
-    submissions: list[Submission]
+    entries_total: int = Field(default=0, description="transcript entries so far")
+    tasks_total: int = Field(default=0, description="live tasks now")
+    tasks: list[TaskNode | OmittedItem] = Field(
+        description="the first page of live tasks (oldest first)"
+    )
+    tasks_next: str | None = None
+    tasks_more: bool = False
+    entries: list[dict[str, Any]] = Field(description="the first page of the transcript")
+    entries_next: str | None = None
+    entries_more: bool = False
+    submissions: list[dict[str, Any]] = Field(description="the first page of submissions")
+    submissions_next: str | None = None
+    submissions_more: bool = False
     webhooks: list[WebhookView] = Field(
         default_factory=list, description="live webhook URLs (as GET .../hooks lists them)"
     )
+
+
+class _PageFields(BaseModel):
+    next: str | None = Field(
+        description="the cursor after this page's last item: pass it as ?cursor= to read on "
+        "(also after the last page, to read what is added later); null only for an empty "
+        "list read from its start"
+    )
+    more: bool = Field(description="whether more items existed when this page was read")
+
+
+class TranscriptPage(_PageFields):
+    """``GET /sessions/{session_id}/transcript``: transcript entries, oldest first."""
+
+    session_id: str
+    items: list[dict[str, Any]]
+
+
+class OmittedItem(BaseModel):
+    """What stands for an item larger than a page may hold (see the page byte bound)."""
+
+    omitted: Literal[True]
+    bytes: int
+    reason: str
+
+
+class TasksPage(_PageFields):
+    """``GET /sessions/{session_id}/tasks``: live tasks, oldest first."""
+
+    session_id: str
+    items: list[TaskNode | OmittedItem]
+
+
+class SubmissionsPage(_PageFields):
+    """``GET /sessions/{session_id}/submissions``: submissions in request-id order."""
+
+    session_id: str
+    items: list[dict[str, Any]]
+
+
+class SessionListed(BaseModel):
+    """One of the caller's sessions."""
+
+    session_id: str
+    created_at: float = Field(description="epoch seconds")
+
+
+class SessionsPage(_PageFields):
+    """``GET /sessions``: the caller's sessions, newest first."""
+
+    items: list[SessionListed]
 
 
 class HooksView(BaseModel):

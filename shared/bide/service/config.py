@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..app import load_app
 from ..constants import (
     DEFAULT_SAFETY_MARGIN_MS,
+    ENV_ADMIN_PRINCIPALS,
     ENV_APP,
     ENV_BUCKET,
     ENV_DEAD_LETTER_URL,
@@ -36,6 +37,7 @@ from ..constants import (
 )
 from ..engine.errors import BideError
 from .deps import Deps
+from .owners import parse_admins
 
 # Field of Settings <- environment variable, with what the variable must hold (for messages).
 _ENV: dict[str, tuple[str, str]] = {
@@ -51,6 +53,7 @@ _ENV: dict[str, tuple[str, str]] = {
     "safety_margin_ms": (ENV_SAFETY_MARGIN_MS, "milliseconds before the timeout to stop"),
     "dead_letter_url": (ENV_DEAD_LETTER_URL, "the URL of the wake queue's dead-letter queue"),
     "max_receive_count": (ENV_MAX_RECEIVE_COUNT, "the wake queue's maxReceiveCount (1-1000)"),
+    "admin_principals": (ENV_ADMIN_PRINCIPALS, "comma-separated IAM principal ARNs"),
 }
 _ALARM_FIELDS = ("queue_arn", "schedule_group", "scheduler_role_arn")
 
@@ -78,6 +81,7 @@ class Settings(BaseModel):
     dead_letter_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
     # SQS's redrive policy takes a maxReceiveCount of 1 to 1,000.
     max_receive_count: int | None = Field(default=None, ge=1, le=1000)
+    admin_principals: str = Field(default="", pattern=r"^(arn:[^,\s]+)?(\s*,\s*arn:[^,\s]+)*$")
 
     @model_validator(mode="after")
     def _alarms_all_or_nothing(self) -> Self:
@@ -240,4 +244,5 @@ def deps_from_env(
             else SqsDeadLetters(sqs, settings.dead_letter_url)
         ),
         max_receive_count=settings.max_receive_count,
+        admin_principals=parse_admins(settings.admin_principals),
     )

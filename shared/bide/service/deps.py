@@ -34,6 +34,8 @@ class Deps:
     """Where the worker sets a wake aside on its last attempt (None: SQS's redrive only)."""
     max_receive_count: int | None = None
     """The wake queue's maxReceiveCount: the attempt that is a wake's last."""
+    #: Principals allowed into every session besides its owner (see bide.service.owners).
+    admin_principals: frozenset[str] = frozenset()
 
     def harness_services(self) -> dict[str, Any]:
         """What tasks may read through ``rt.services``."""

@@ -3,7 +3,8 @@
 * ``POST /hooks/{token}``: a capability webhook (signature, size, type and JSON checked by
   :func:`~bide.service.signals.deliver_webhook`);
 * ``POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}``: a JSON body
-  delivered by task id (the route is IAM-authorised in the stack).
+  delivered by task id (the route is IAM-authorised in the stack; like the sessions API it
+  lets in the session's owner and administrators only: :mod:`bide.service.owners`).
 
 :func:`register` adds them to a resolver built by :mod:`bide.service.http`, which serves
 them from the signal function (:func:`~bide.service.http.handle_signal`). They are not in the
@@ -23,6 +24,7 @@ from ..engine.rules import SignalDecision
 from . import observability as obs
 from .api_models import MAX_NAME, SESSION_ID_PATTERN
 from .deps import Deps
+from .owners import NoPrincipal, NotAllowed, caller_of, check_access
 from .signals import STATUS_OF, deliver, deliver_webhook, parse_json_body
 from .transport import BUSY_ERROR, RETRY_AFTER, json_text, request_body, require
 from .webhooks import WebhookRejected, parse_token
@@ -106,6 +108,12 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
         signal, key = _decoded(signal), _decoded(key)
         body, headers = request()
         _check_path(session_id, {"task_id": task_id, "signal": signal, "key": key})
+        # IAM-authorised like the sessions API: the session's owner and administrators only.
+        try:
+            caller = caller_of(app.current_event.raw_event, current.admin_principals)
+            check_access(current.store, session_id, caller)
+        except (NotAllowed, NoPrincipal) as exc:
+            raise WebhookRejected(403, str(exc)) from None
         value = parse_json_body(body, headers.get("content-type"))
         try:
             decision = deliver(current, session_id, task_id, signal, key, value)
