@@ -4,7 +4,7 @@ Python's ``json`` module turns some bodies into exceptions no caller expects
 (``RecursionError`` for deep nesting, ``ValueError`` for integers past 4300 digits) and others
 into values that do not survive a round trip (``NaN``, ``Infinity``, ``1e400`` becomes
 ``inf``). :func:`strict_json` refuses all of them, and bodies nested deeper than
-:data:`~bide.constants.MAX_JSON_DEPTH`, with a message that says which rule was broken.
+:data:`~bide.engine.limits.MAX_JSON_DEPTH`, with a message that says which rule was broken.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any
 
-from ..constants import MAX_JSON_DEPTH
+from ..engine.limits import MAX_JSON_DEPTH
 
 
 class JsonRefused(ValueError):

@@ -1,0 +1,104 @@
+"""What the value-limit tests share: a signal taking any JSON, a task that holds every value
+delivered to it without consuming any, a task that stores a value it builds, webhook
+bindings written directly, and a check that a session still loads from a fresh connection."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from bide import (
+    App,
+    Completed,
+    Harness,
+    Sleeping,
+    Store,
+    TaskRuntime,
+    TaskView,
+    Terminal,
+    define_signal,
+    define_task,
+)
+from bide.engine.host import host_commit
+from bide.tools.webhooks import WebhookBinding, binding_key, make_token
+
+BLOB = define_signal("test.blob", 1, Any)
+"""A signal whose schema accepts any JSON: what a permissive webhook looks like."""
+
+WAIT_KEY = "wait"  # the key HOLDER sleeps on; values for every other key are held early
+
+
+async def _hold(task: TaskView, rt: TaskRuntime) -> None:
+    await rt.commit(Sleeping(checkpoint="done", signals=(BLOB.key(WAIT_KEY),)))
+
+
+async def _done(task: TaskView, rt: TaskRuntime) -> None:
+    await rt.commit(Terminal(outcome=Completed(result="woke")))
+
+
+HOLDER = define_task("test.holder", 1, lambda _input: "hold", {"hold": _hold, "done": _done})
+"""Sleeps on :data:`WAIT_KEY` with no deadline: values for other keys pile up on its record."""
+
+
+def nested(depth: int, leaf: Any = 1) -> Any:
+    """A value nesting ``depth`` levels of arrays and objects (alternating)."""
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+async def _store_value(task: TaskView, rt: TaskRuntime) -> None:
+    pad = task.input.get("pad", 0)
+    where = task.input["where"]
+    # In a checkpoint the value sits one level down ({"phase": ..., "value": ...}).
+    depth = task.input["depth"] - (where == "checkpoint")
+    value = nested(depth, "x" * pad if pad else 1)
+    if where == "memo":
+        await rt.memo("big", value)
+        await rt.commit(Terminal(outcome=Completed(result="memo stored")))
+    elif where == "checkpoint":
+        await rt.commit(Sleeping(checkpoint={"phase": "store", "value": value}, until=1e12))
+    else:
+        await rt.commit(Terminal(outcome=Completed(result=value)))
+
+
+STORER = define_task("test.storer", 1, lambda _input: "store", {"store": _store_value})
+"""Builds ``nested(input.depth)`` and stores it as its ``result``, a ``memo`` or in its
+``checkpoint`` (input ``where``): the value is built inside the task, so its input is small."""
+
+
+def limits_app() -> App:
+    """An app with the holder, the storer and the permissive signal."""
+    return App(tasks=[HOLDER, STORER], signals=[BLOB])
+
+
+def bind_webhook(
+    harness: Harness, task_id: str, key: str, hmac_secret: str | None = None
+) -> str:
+    """Write a webhook binding to ``BLOB`` under ``key`` of ``task_id``; its token."""
+    secret = secrets.token_hex(24)
+    binding = WebhookBinding(
+        session_id=harness.session_id,
+        task_id=task_id,
+        signal=BLOB.name,
+        key=key,
+        hmac_secret=hmac_secret,
+    )
+    host_commit(
+        harness, lambda tx: tx.put_doc(binding_key(secret), binding.model_dump(mode="json"))
+    )
+    return make_token(harness.session_id, secret)
+
+
+def loads_back(store: Store, session_id: str) -> dict[str, Any]:
+    """Load the session and read each of its live tasks back from its stored JSON, as a new
+    worker would; every task's signal values by slot."""
+    snapshot = store.load(session_id)
+    held: dict[str, Any] = {}
+    for task_id in snapshot.tasks:
+        record = store.get_task(session_id, task_id)
+        assert record is not None
+        again = type(record).from_json(record.to_json())
+        held.update({k: s.value for k, s in again.signals.items() if s.has_value})
+    return held
