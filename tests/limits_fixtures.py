@@ -102,3 +102,79 @@ def loads_back(store: Store, session_id: str) -> dict[str, Any]:
         again = type(record).from_json(record.to_json())
         held.update({k: s.value for k, s in again.signals.items() if s.has_value})
     return held
+
+
+# --- the local stack over HTTP -------------------------------------------------------------------
+
+
+def http(
+    method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    """A request to the local stack on 127.0.0.1 (no proxy); (status, parsed JSON or text)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=30) as response:
+            raw = response.read()
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        raw, status = exc.read(), exc.code
+    try:
+        return status, json.loads(raw or b"null")
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+class HttpSession:
+    """A session of a running local stack with a parked :data:`HOLDER`, created through a
+    second connection to the stack's SQLite file; its signal route and a webhook URL."""
+
+    def __init__(self, stack: Any, session_id: str, hmac_secret: str | None = None) -> None:
+        import asyncio
+        from urllib.parse import quote
+
+        from bide import SQLiteStore
+
+        self.stack, self.sid = stack, session_id
+        self.store = SQLiteStore(stack.stack.db_path)
+
+        async def setup() -> tuple[str, str, str]:
+            h = Harness(self.store, session_id, [HOLDER, STORER])
+            await h.open()
+            task = await h.create_task(HOLDER)
+            await h.run_until_parked()
+            hooks = (
+                bind_webhook(h, task, "hook"),
+                bind_webhook(h, task, "stream.*"),
+                bind_webhook(h, task, "signed.*", hmac_secret=self.hmac_secret),
+            )
+            await h.close()
+            return task, *hooks
+
+        self.hmac_secret = hmac_secret or secrets.token_hex(16)
+        self.task, hook, stream, signed = asyncio.run(setup())
+        base = stack.url
+        self.hook_url = f"{base}/hooks/{hook}"
+        self.stream_url = f"{base}/hooks/{stream}"
+        self.signed_url = f"{base}/hooks/{signed}"
+        """A stream webhook that needs an HMAC signature with :attr:`hmac_secret`."""
+        self.signal_base = f"{base}/sessions/{quote(session_id)}/tasks/{self.task}/signals"
+
+    def signal_url(self, key: str, signal: str = BLOB.name) -> str:
+        from urllib.parse import quote
+
+        return f"{self.signal_base}/{quote(signal, safe='')}/{quote(key, safe='')}"
+
+    def held(self) -> dict[str, Any]:
+        """The values held on the holder, read back from the store."""
+        return loads_back(self.store, self.sid)
+
+    def head(self) -> int:
+        return self.store.head(self.sid)
+
+    def close(self) -> None:
+        self.store.close()

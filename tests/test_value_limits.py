@@ -24,7 +24,9 @@ from limits_fixtures import (  # noqa: E402
     BLOB,
     HOLDER,
     STORER,
+    HttpSession,
     bind_webhook,
+    http,
     limits_app,
     loads_back,
     nested,
@@ -171,7 +173,9 @@ def test_a_signal_over_the_size_limit_is_refused_with_413(session: Session, path
 
 
 @pytest.mark.parametrize(
-    "value", [float("nan"), float("-inf"), 10**5000], ids=["nan", "inf", "huge int"]
+    "value",
+    [float("nan"), float("-inf"), 10**5000, "\ud800", {"\udfff": 1}],
+    ids=["nan", "inf", "huge int", "lone surrogate", "lone surrogate key"],
 )
 def test_a_value_json_cannot_hold_is_refused(session: Session, value: Any) -> None:
     before = session.head()
@@ -341,3 +345,75 @@ def test_json_dumps_of_the_budget_is_what_the_check_counts() -> None:
     """The byte measure is the stored form: compact UTF-8 JSON."""
     value = {"é": ["a", 1, None]}
     assert value_bytes(value, "v") == len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+# --- over HTTP, on the local stack ---------------------------------------------------------------
+
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from bide.local import LocalStack
+    from bide.local.thread import BackgroundStack
+
+    db = str(tmp_path_factory.mktemp("limits") / "dev.sqlite")
+    with BackgroundStack(LocalStack(limits_app(), db, port=0)) as running:
+        assert running.url.startswith("http://127.0.0.1:")
+        yield running
+
+
+@pytest.fixture
+def web(stack: Any) -> Iterator[HttpSession]:
+    s = HttpSession(stack, unique("s"))
+    yield s
+    s.close()
+
+
+def post(url: str, value: Any) -> tuple[int, Any]:
+    return http("POST", url, json.dumps(value).encode(), JSON)
+
+
+@pytest.mark.parametrize("route", ["signal", "hook", "stream"])
+def test_http_depth_limit(web: HttpSession, route: str) -> None:
+    url = {"signal": web.signal_url("k"), "hook": web.hook_url, "stream": web.stream_url}[route]
+    before = web.head()
+    status, answer = post(url, nested(TOO_DEEP))
+    assert status == 400, answer
+    # The body parser refuses it first (service/json_body.py); the value check stands behind.
+    assert f"nests {TOO_DEEP} levels deep; the limit is {MAX_JSON_DEPTH}" in answer["error"]
+    assert web.head() == before and web.held() == {}
+    status, answer = post(url, nested(DEEP_OK))
+    assert (status, answer["result"]) == (202, "delivered")
+    assert list(web.held().values()) == [nested(DEEP_OK)]
+
+
+def test_http_a_body_under_the_body_limit_stored_larger_is_a_413(web: HttpSession) -> None:
+    """``1e9`` is 3 bytes in the body and ``1000000000.0`` (12) stored: a body the route
+    accepts by size can make a value over the size limit, refused by the value check."""
+    body = b"[" + b",".join([b"1e9"] * 40_000) + b"]"
+    assert len(body) < constants.MAX_WEBHOOK_BODY_BYTES
+    for url in (web.signal_url("k"), web.hook_url):
+        status, answer = http("POST", url, body, JSON)
+        assert status == 413, answer
+        assert f"the limit is {MAX_VALUE_BYTES}" in answer["error"]
+    assert web.held() == {}
+
+
+def test_http_the_task_budget_is_a_413_and_the_session_still_loads(
+    web: HttpSession, stack: Any
+) -> None:
+    fits = MAX_TASK_SIGNAL_BYTES // value_bytes(PIECE, "piece")
+    for n in range(fits):
+        assert post(web.signal_url(f"k{n}"), PIECE)[0] == 202
+    before = web.head()
+    for url in (web.signal_url("one-more"), web.hook_url, web.stream_url):
+        status, answer = post(url, PIECE)
+        assert status == 413, answer
+        assert f"the limit is {MAX_TASK_SIGNAL_BYTES}" in answer["error"]
+    assert web.head() == before
+    assert len(web.held()) == fits
+    assert post(web.signal_url("wait"), "go")[0] == 202
+    assert stack.settle(10)
+    record = web.store.get_task(web.sid, web.task)
+    assert record is not None and record.state.status == "terminal"

@@ -121,13 +121,16 @@ def _scan(value: Any) -> tuple[int, float | None]:
 
 def value_bytes(value: Any, field: str) -> int:
     """The size of ``value`` as compact UTF-8 JSON. Raises :class:`ValueRefused` for what JSON
-    cannot hold (NaN, infinities, integers past Python's digit limit, other objects). Call
+    cannot hold (NaN, infinities, integers past Python's digit limit, strings with a lone
+    surrogate, other objects). Call
     only on values whose depth was checked (the encoder recurses)."""
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # a lone surrogate: not Unicode text, no store takes it
+        raise ValueRefused(field, f"is not JSON text ({exc.reason})") from None
     except (TypeError, ValueError) as exc:
         raise ValueRefused(field, f"is not JSON ({exc})") from None
-    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def check_value(

@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import DefinitionError
-from .limits import ENVELOPE_DEPTH
+from .limits import ENVELOPE_DEPTH, ValueRefused
 
 T = TypeVar("T")
 
@@ -91,8 +91,15 @@ class SignalToken(Generic[T]):
             raise InvalidSignalValue(self.name, exc) from None
 
     def dump(self, value: Any) -> Any:
-        """The JSON form of a validated value, as stored on the task."""
-        return self._require_adapter().dump_python(value, mode="json")
+        """The JSON form of a validated value, as stored on the task. Raises
+        :class:`~bide.engine.limits.ValueRefused` for a string that is not Unicode text (a
+        lone surrogate: no store can encode it)."""
+        try:
+            return self._require_adapter().dump_python(value, mode="json")
+        except UnicodeEncodeError as exc:
+            raise ValueRefused(
+                f"a value of signal {self.name!r}", f"is not JSON text ({exc.reason})"
+            ) from None
 
     def _require_adapter(self) -> TypeAdapter[Any]:
         if self._adapter is None:
