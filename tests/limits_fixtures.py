@@ -73,9 +73,7 @@ def limits_app() -> App:
     return App(tasks=[HOLDER, STORER], signals=[BLOB])
 
 
-def bind_webhook(
-    harness: Harness, task_id: str, key: str, hmac_secret: str | None = None
-) -> str:
+def bind_webhook(harness: Harness, task_id: str, key: str, hmac_secret: str | None = None) -> str:
     """Write a webhook binding to ``BLOB`` under ``key`` of ``task_id``; its token."""
     secret = secrets.token_hex(24)
     binding = WebhookBinding(

@@ -25,7 +25,6 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -107,11 +106,11 @@ def bodies(draw: st.DrawFn) -> bytes:
 
 # Mostly JSON, so most requests get past the content type to the checks behind it.
 CONTENT_TYPES = st.integers(0, 9).flatmap(
-    lambda n: st.sampled_from(
-        ["application/json", "application/json; charset=utf-8", "APPLICATION/JSON"]
+    lambda n: (
+        st.sampled_from(["application/json", "application/json; charset=utf-8", "APPLICATION/JSON"])
+        if n < 8
+        else st.one_of(st.just("text/plain"), st.none(), HEADER_TEXT)
     )
-    if n < 8
-    else st.one_of(st.just("text/plain"), st.none(), HEADER_TEXT)
 )
 
 
@@ -166,7 +165,7 @@ def test_fuzzed_signal_and_webhook_requests(web: HttpSession) -> None:
         before_seq, before = web.head(), web.held()
         status, answer = http("POST", url, body, headers)
         STATUSES[status] += 1
-        what = f"POST {url[len(web.stack.url):][:80]} {headers} {body[:120]!r}"
+        what = f"POST {url[len(web.stack.url) :][:80]} {headers} {body[:120]!r}"
         assert status < 500, f"{what} -> {status}: {answer}"
         after = web.held()  # loads the session from its stored JSON: it always loads
         if status == 202:

@@ -32,8 +32,14 @@ from limits_fixtures import (  # noqa: E402
     nested,
 )
 
-from bide import ManualClock, SequentialIds, SQLiteStore, Store, deliver_signal  # noqa: E402
-from bide import constants  # noqa: E402
+from bide import (  # noqa: E402
+    ManualClock,
+    SequentialIds,
+    SQLiteStore,
+    Store,
+    constants,
+    deliver_signal,
+)
 from bide.engine.harness import Harness  # noqa: E402
 from bide.engine.host import host_commit  # noqa: E402
 from bide.engine.limits import (  # noqa: E402
@@ -48,9 +54,12 @@ from bide.engine.limits import (  # noqa: E402
     value_bytes,
 )
 from bide.engine.store.base import Store as StorePort  # noqa: E402
-from bide.promises import create_promise, promise_task_kinds, read_promise  # noqa: E402
-from bide.promises import resolve_promise  # noqa: E402
-from bide.service.webhooks import WebhookRejected  # noqa: E402
+from bide.promises import (  # noqa: E402
+    create_promise,
+    promise_task_kinds,
+    read_promise,
+    resolve_promise,
+)
 from bide.testing import deliver_webhook  # noqa: E402
 
 DEEP_OK, TOO_DEEP = MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1
@@ -222,7 +231,9 @@ def test_a_task_storing_a_value_past_the_limit_faults_naming_it(
 
 
 def test_a_task_result_over_the_size_limit_faults(session: Session) -> None:
-    task = run(session.h.create_task(STORER, {"depth": 0, "where": "result", "pad": MAX_VALUE_BYTES}))
+    task = run(
+        session.h.create_task(STORER, {"depth": 0, "where": "result", "pad": MAX_VALUE_BYTES})
+    )
     run(session.h.run_until_parked())
     record = session.store.get_task(session.sid, task)
     assert record is not None
@@ -344,7 +355,9 @@ def test_dynamodb_bytes_budget(dynamo: Any) -> None:
 def test_json_dumps_of_the_budget_is_what_the_check_counts() -> None:
     """The byte measure is the stored form: compact UTF-8 JSON."""
     value = {"é": ["a", 1, None]}
-    assert value_bytes(value, "v") == len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    assert value_bytes(value, "v") == len(
+        json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    )
 
 
 # --- over HTTP, on the local stack ---------------------------------------------------------------

@@ -24,8 +24,9 @@ The limits:
 Where they are checked (the choke points): every signal delivery decides in
 :func:`~bide.engine.rules.decide_signal`, which calls :func:`check_signal_value` and
 :func:`~bide.engine.budgets.check_signal_budget` before it builds a record; every commit of a
-harness passes :func:`~bide.engine.budgets.check_commit` before the store is touched, which checks the values a commit changes
-(inputs, memos, checkpoints, outcomes, signal slots, documents). A refusal raises a
+harness passes :func:`~bide.engine.budgets.check_commit` before the store is touched, which
+checks the values a commit changes (inputs, memos, checkpoints, outcomes, signal slots,
+documents). A refusal raises a
 :class:`ValueRefused` and nothing of that commit is written.
 """
 

@@ -3,7 +3,8 @@
 Python's ``json`` module turns some bodies into exceptions no caller expects
 (``RecursionError`` for deep nesting, ``ValueError`` for integers past 4300 digits) and others
 into values that do not survive a round trip (``NaN``, ``Infinity``, ``1e400`` becomes
-``inf``) or cannot be stored at all (``"\ud800"``, a lone surrogate, is no UTF-8). :func:`strict_json` refuses all of them, and bodies nested deeper than
+``inf``) or cannot be stored at all (``"\ud800"``, a lone surrogate, is no UTF-8).
+:func:`strict_json` refuses all of them, and bodies nested deeper than
 :data:`~bide.engine.limits.MAX_JSON_DEPTH`, with a message that says which rule was broken.
 """
 
