@@ -40,7 +40,7 @@ from bide.local import LocalStack  # noqa: E402
 from bide.local.thread import BackgroundStack  # noqa: E402
 from bide.service.webhooks import sign  # noqa: E402
 
-EXAMPLES = 400
+EXAMPLES = 300
 STATUSES: Counter[int] = Counter()
 
 

@@ -338,7 +338,9 @@ def test_dynamodb_task_result_past_the_limit_faults(dynamo: Any) -> None:
     task = run(s.h.create_task(STORER, {"depth": 300, "where": "result"}))
     run(s.h.run_until_parked())
     record = dynamo.store().get_task(s.sid, task)
-    assert record is not None and record.state.outcome.status == "faulted"  # type: ignore[union-attr]
+    assert record is not None
+    outcome = record.state.outcome  # type: ignore[union-attr]
+    assert outcome.status == "faulted" and "nests 300 levels; the limit is 64" in outcome.error
     loads_back(dynamo.store(), s.sid)
 
 
