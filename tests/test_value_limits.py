@@ -43,6 +43,8 @@ from bide import (  # noqa: E402
 from bide.engine.harness import Harness  # noqa: E402
 from bide.engine.host import host_commit  # noqa: E402
 from bide.engine.limits import (  # noqa: E402
+    ENVELOPE_DEPTH,
+    MAX_DOC_BYTES,
     MAX_JSON_DEPTH,
     MAX_TASK_PENDING_SIGNALS,
     MAX_TASK_SIGNAL_BYTES,
@@ -254,6 +256,20 @@ def test_a_promise_value_at_the_limit_resolves_and_one_past_is_refused(session: 
     # The keeper holds the outcome (the value one level down in its envelope), and loads.
     held = loads_back(session.store, session.sid)
     assert any(v.get("value") == nested(DEEP_OK) for v in held.values() if isinstance(v, dict))
+
+
+def test_documents_are_checked_with_room_for_what_bide_wraps(session: Session) -> None:
+    deepest = MAX_JSON_DEPTH + ENVELOPE_DEPTH
+    host_commit(session.h, lambda tx: tx.put_doc("app/deep", nested(deepest)))
+    text = "\U0001f600" * 100_000  # the longest input the sessions API takes, 4 bytes a char
+    host_commit(session.h, lambda tx: tx.put_doc("app/long", {"content": text}))
+    before = session.head()
+    with pytest.raises(ValueTooDeep, match="document 'app/deeper'"):
+        host_commit(session.h, lambda tx: tx.put_doc("app/deeper", nested(deepest + 1)))
+    with pytest.raises(ValueTooLarge, match=f"the limit is {MAX_DOC_BYTES}"):
+        host_commit(session.h, lambda tx: tx.put_doc("app/big", "z" * MAX_DOC_BYTES))
+    assert session.head() == before
+    assert session.store.get_doc(session.sid, "app/deep").body == nested(deepest)  # type: ignore[union-attr]
 
 
 # --- the per-task budget -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 from .limits import (
     ENVELOPE_BYTES,
     ENVELOPE_DEPTH,
+    MAX_DOC_BYTES,
     MAX_JSON_DEPTH,
     MAX_TASK_PENDING_SIGNALS,
     MAX_TASK_SIGNAL_BYTES,
@@ -98,8 +99,5 @@ def check_commit(
         _check_record(record, live.get(record.id))
     for key, body in docs.items():
         check_value(
-            body,
-            f"document {key!r}",
-            depth=MAX_JSON_DEPTH + ENVELOPE_DEPTH,
-            size=MAX_VALUE_BYTES + ENVELOPE_BYTES,
+            body, f"document {key!r}", depth=MAX_JSON_DEPTH + ENVELOPE_DEPTH, size=MAX_DOC_BYTES
         )

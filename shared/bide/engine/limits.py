@@ -17,9 +17,11 @@ The limits:
   together they may take at most :data:`MAX_TASK_SIGNAL_BYTES`, and at most
   :data:`MAX_TASK_PENDING_SIGNALS` of them may be waiting, delivered but not yet consumed
   (the slots of a stream nobody reads fill up here).
+* :data:`MAX_DOC_BYTES`: the size of one document (documents nest at most
+  ``MAX_JSON_DEPTH + ENVELOPE_DEPTH`` levels).
 * :data:`ENVELOPE_DEPTH` and :data:`ENVELOPE_BYTES`: what Bide's own wrapping may add around a
-  caller's value (a promise's outcome, a conversation entry, a document), allowed on top of
-  the two value limits for documents and for signals whose token declares an envelope.
+  caller's value (a promise's outcome, a conversation entry), allowed on top of the value
+  limits for documents and for signals whose token declares an envelope.
 
 Where they are checked (the choke points): every signal delivery decides in
 :func:`~bide.engine.rules.decide_signal`, which calls :func:`check_signal_value` and
@@ -51,6 +53,11 @@ MAX_TASK_SIGNAL_BYTES = 1024 * 1024
 
 MAX_TASK_PENDING_SIGNALS = 256
 """Signal values held on one task and not yet consumed by a wake."""
+
+MAX_DOC_BYTES = 1024 * 1024
+"""One document's stored JSON, in bytes. Larger than :data:`MAX_VALUE_BYTES`: a document is
+written once, not with every commit of a task, and holds what Bide wraps around a caller's
+text (a conversation entry of 100,000 characters can take 600 KB of escaped JSON)."""
 
 ENVELOPE_DEPTH = 16
 """Extra levels allowed for what Bide writes around a caller's value."""
