@@ -68,9 +68,17 @@ STORER = define_task("test.storer", 1, lambda _input: "store", {"store": _store_
 ``checkpoint`` (input ``where``): the value is built inside the task, so its input is small."""
 
 
+async def _raise(task: TaskView, rt: TaskRuntime) -> None:
+    raise RuntimeError("e" * task.input["chars"])
+
+
+RAISER = define_task("test.raiser", 1, lambda _input: "raise", {"raise": _raise})
+"""Raises an exception whose message is ``input.chars`` long."""
+
+
 def limits_app() -> App:
     """An app with the holder, the storer and the permissive signal."""
-    return App(tasks=[HOLDER, STORER], signals=[BLOB])
+    return App(tasks=[HOLDER, STORER, RAISER], signals=[BLOB])
 
 
 def bind_webhook(harness: Harness, task_id: str, key: str, hmac_secret: str | None = None) -> str:

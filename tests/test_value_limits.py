@@ -23,6 +23,7 @@ from aws_fixtures import moto_bench, unique  # noqa: E402
 from limits_fixtures import (  # noqa: E402
     BLOB,
     HOLDER,
+    RAISER,
     STORER,
     HttpSession,
     bind_webhook,
@@ -86,7 +87,7 @@ class Session:
         self.h = Harness(
             store,
             session_id,
-            [HOLDER, STORER, *promise_task_kinds()],
+            [HOLDER, STORER, RAISER, *promise_task_kinds()],
             clock=self.clock,
             ids=SequentialIds(),
         )
@@ -242,6 +243,15 @@ def test_a_task_result_over_the_size_limit_faults(session: Session) -> None:
     outcome = record.state.outcome  # type: ignore[union-attr]
     assert outcome.status == "faulted" and "ValueTooLarge" in outcome.error, outcome
     assert f"the limit is {MAX_VALUE_BYTES}" in outcome.error
+
+
+def test_a_fault_with_a_long_message_still_ends_the_task(session: Session) -> None:
+    """The engine's own fault is never refused: the task would otherwise never end."""
+    task = run(session.h.create_task(RAISER, {"chars": 2 * MAX_VALUE_BYTES}))
+    run(session.h.run_until_parked())
+    outcome = session.h.outcome(task)
+    assert outcome is not None and outcome.status == "faulted"
+    loads_back(session.store, session.sid)
 
 
 def test_a_promise_value_at_the_limit_resolves_and_one_past_is_refused(session: Session) -> None:
