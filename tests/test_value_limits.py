@@ -45,11 +45,11 @@ from bide.engine.harness import Harness  # noqa: E402
 from bide.engine.host import host_commit  # noqa: E402
 from bide.engine.limits import (  # noqa: E402
     ENVELOPE_DEPTH,
-    MAX_DOC_BYTES,
     MAX_JSON_DEPTH,
     MAX_TASK_PENDING_SIGNALS,
     MAX_TASK_SIGNAL_BYTES,
     MAX_VALUE_BYTES,
+    MAX_WRITTEN_ONCE_BYTES,
     TaskBudgetExceeded,
     ValueRefused,
     ValueTooDeep,
@@ -234,15 +234,14 @@ def test_a_task_storing_a_value_past_the_limit_faults_naming_it(
 
 
 def test_a_task_result_over_the_size_limit_faults(session: Session) -> None:
-    task = run(
-        session.h.create_task(STORER, {"depth": 0, "where": "result", "pad": MAX_VALUE_BYTES})
-    )
+    storing = {"depth": 0, "where": "result", "pad": MAX_WRITTEN_ONCE_BYTES}
+    task = run(session.h.create_task(STORER, storing))
     run(session.h.run_until_parked())
     record = session.store.get_task(session.sid, task)
     assert record is not None
     outcome = record.state.outcome  # type: ignore[union-attr]
     assert outcome.status == "faulted" and "ValueTooLarge" in outcome.error, outcome
-    assert f"the limit is {MAX_VALUE_BYTES}" in outcome.error
+    assert f"the limit is {MAX_WRITTEN_ONCE_BYTES}" in outcome.error
 
 
 def test_a_fault_with_a_long_message_still_ends_the_task(session: Session) -> None:
@@ -276,8 +275,8 @@ def test_documents_are_checked_with_room_for_what_bide_wraps(session: Session) -
     before = session.head()
     with pytest.raises(ValueTooDeep, match="document 'app/deeper'"):
         host_commit(session.h, lambda tx: tx.put_doc("app/deeper", nested(deepest + 1)))
-    with pytest.raises(ValueTooLarge, match=f"the limit is {MAX_DOC_BYTES}"):
-        host_commit(session.h, lambda tx: tx.put_doc("app/big", "z" * MAX_DOC_BYTES))
+    with pytest.raises(ValueTooLarge, match=f"the limit is {MAX_WRITTEN_ONCE_BYTES}"):
+        host_commit(session.h, lambda tx: tx.put_doc("app/big", "z" * MAX_WRITTEN_ONCE_BYTES))
     assert session.head() == before
     assert session.store.get_doc(session.sid, "app/deep").body == nested(deepest)  # type: ignore[union-attr]
 

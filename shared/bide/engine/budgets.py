@@ -12,11 +12,11 @@ from typing import Any
 from .limits import (
     ENVELOPE_BYTES,
     ENVELOPE_DEPTH,
-    MAX_DOC_BYTES,
     MAX_JSON_DEPTH,
     MAX_TASK_PENDING_SIGNALS,
     MAX_TASK_SIGNAL_BYTES,
     MAX_VALUE_BYTES,
+    MAX_WRITTEN_ONCE_BYTES,
     TaskBudgetExceeded,
     check_value,
     value_bytes,
@@ -89,7 +89,8 @@ def _check_record(record: TaskRecord, prior: TaskRecord | None) -> None:
     if outcome is not None and _changed(getattr(before, "outcome", _MISSING), outcome):
         for part in ("result", "error"):
             if getattr(outcome, part, None) is not None:
-                check_value(getattr(outcome, part), f"the {part} of {who}")
+                value = getattr(outcome, part)
+                check_value(value, f"the {part} of {who}", size=MAX_WRITTEN_ONCE_BYTES)
 
 
 def check_commit(
@@ -103,5 +104,8 @@ def check_commit(
         _check_record(record, live.get(record.id))
     for key, body in docs.items():
         check_value(
-            body, f"document {key!r}", depth=MAX_JSON_DEPTH + ENVELOPE_DEPTH, size=MAX_DOC_BYTES
+            body,
+            f"document {key!r}",
+            depth=MAX_JSON_DEPTH + ENVELOPE_DEPTH,
+            size=MAX_WRITTEN_ONCE_BYTES,
         )

@@ -11,14 +11,16 @@ The limits:
 
 * :data:`MAX_JSON_DEPTH`: how deep one value from a caller may nest (a signal value, a
   promise's value, a task's input, result, error, checkpoint or memo, a request body).
-* :data:`MAX_VALUE_BYTES`: the size of one such value as stored (compact UTF-8 JSON).
+* :data:`MAX_VALUE_BYTES`: the size of one such value as stored (compact UTF-8 JSON), for
+  values that arrive from outside or are rewritten with every commit of their task.
 * :data:`MAX_TASK_SIGNAL_BYTES` and :data:`MAX_TASK_PENDING_SIGNALS`: the per-task budget. A
   task's record keeps every signal value delivered to it (consumed or not) until it ends;
   together they may take at most :data:`MAX_TASK_SIGNAL_BYTES`, and at most
   :data:`MAX_TASK_PENDING_SIGNALS` of them may be waiting, delivered but not yet consumed
   (the slots of a stream nobody reads fill up here).
-* :data:`MAX_DOC_BYTES`: the size of one document (documents nest at most
-  ``MAX_JSON_DEPTH + ENVELOPE_DEPTH`` levels).
+* :data:`MAX_WRITTEN_ONCE_BYTES`: the size of a value written once, not with every commit of
+  its task: a task's result or error, a document (documents nest at most
+  ``MAX_JSON_DEPTH + ENVELOPE_DEPTH`` levels: they wrap caller values).
 * :data:`ENVELOPE_DEPTH` and :data:`ENVELOPE_BYTES`: what Bide's own wrapping may add around a
   caller's value (a promise's outcome, a conversation entry), allowed on top of the value
   limits for documents and for signals whose token declares an envelope.
@@ -54,10 +56,11 @@ MAX_TASK_SIGNAL_BYTES = 1024 * 1024
 MAX_TASK_PENDING_SIGNALS = 256
 """Signal values held on one task and not yet consumed by a wake."""
 
-MAX_DOC_BYTES = 1024 * 1024
-"""One document's stored JSON, in bytes. Larger than :data:`MAX_VALUE_BYTES`: a document is
-written once, not with every commit of a task, and holds what Bide wraps around a caller's
-text (a conversation entry of 100,000 characters can take 600 KB of escaped JSON)."""
+MAX_WRITTEN_ONCE_BYTES = 4 * 1024 * 1024
+"""A value written once rather than with every commit of its task: a task's result or error
+(the record is terminal, or completing, from then on) and a document. Stores offload large
+ones (the DynamoDB store to S3), so a tool's 1 MB result is fine; this bound only keeps one
+value from growing without end."""
 
 ENVELOPE_DEPTH = 16
 """Extra levels allowed for what Bide writes around a caller's value."""
