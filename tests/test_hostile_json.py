@@ -41,6 +41,9 @@ HOSTILE = {
     "float overflow": ('{"x": 1e400}', "too large"),
     "NaN": ('{"x": NaN}', "not JSON"),
     "Infinity": ("[-Infinity]", "not JSON"),
+    # Found by tests/test_fuzz_signal_routes.py: a 500 once the value reached the store.
+    "lone surrogate": ('"\\ud800"', "lone surrogate"),
+    "lone surrogate key": ('{"\\udfff": 1}', "lone surrogate"),
 }
 
 
@@ -51,6 +54,10 @@ def test_depth_up_to_the_limit_is_accepted_one_more_is_refused() -> None:
     assert strict_json(nested(MAX_JSON_DEPTH)) is not None
     with pytest.raises(JsonRefused, match=f"nests {MAX_JSON_DEPTH + 1} levels"):
         strict_json(nested(MAX_JSON_DEPTH + 1))
+
+
+def test_escaped_surrogate_pairs_are_text() -> None:
+    assert strict_json('["\\ud83d\\ude00", "\\u00e9"]') == ["\U0001f600", "\u00e9"]
 
 
 def test_brackets_inside_strings_do_not_count() -> None:

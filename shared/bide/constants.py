@@ -29,7 +29,9 @@ HANDLER = "handler.handler"  # module.function at the root of each function bund
 MAX_WEBHOOK_BODY_BYTES = 256 * 1024  # larger webhook bodies are refused with 413
 # Request bodies nesting deeper than this are refused with 400. Stored values are read back by
 # parsers with recursion limits of their own (pydantic's stops at about 200 levels): a value
-# stored deeper would make its session unloadable.
+# stored deeper would make its session unloadable. Defined with the other value limits in
+# bide.engine.limits (constants may not import the engine); tests/test_value_limits.py checks
+# the two agree.
 MAX_JSON_DEPTH = 64
 WEBHOOK_TOKEN_BYTES = 24  # 192 bits of randomness per capability webhook token
 WEBHOOK_SIGNATURE_WINDOW_SECONDS = 300  # HMAC timestamps older or newer than this are refused

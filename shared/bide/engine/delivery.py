@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .budgets import check_commit
 from .clock import Clock
 from .errors import ConflictError
 from .rules import STREAM_SUFFIX, SignalDecision, decide_signal, stream_key
@@ -38,8 +39,9 @@ def deliver_signal(
     """Deliver one signal value to one task, reading only that task.
 
     Returns the decision (result, and which fields failed for ``invalid``). Raises
-    :class:`ConflictError` only if the session stayed too busy to write for every attempt;
-    nothing is written then and the caller may try again.
+    :class:`~bide.engine.limits.ValueRefused` for a value over the limits (too deep, too
+    large, over the task's budget) and :class:`ConflictError` if the session stayed too busy
+    to write for every attempt; nothing is written for either.
     """
     for _ in range(_ATTEMPTS):
         seq = store.head(session_id)  # first: a task read after it is at least this new
@@ -47,6 +49,9 @@ def deliver_signal(
         decision = decide_signal(record, token, key, value, clock.now())
         if decision.record is None:
             return decision
+        # decide_signal checked the value and the task's budget; this is the same guard every
+        # harness commit passes, so nothing reaches the store unchecked.
+        check_commit({task_id: record} if record is not None else {}, [decision.record], {})
         try:
             store.commit(session_id, seq, [decision.record])
         except ConflictError:

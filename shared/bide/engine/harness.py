@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from . import scheduler
+from .budgets import check_commit
 from .clock import Clock, SystemClock
 from .errors import (
     ConflictError,
@@ -372,6 +373,7 @@ class Harness:
             result = change(draft)
             if not draft.writes and not draft.docs:
                 return result
+            check_commit(self._live, draft.writes.values(), draft.docs)  # ValueRefused
             docs = [Doc(key, body) for key, body in draft.docs.items()]
             try:
                 self._seq = self.store.commit(

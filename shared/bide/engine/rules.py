@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .budgets import check_signal_budget
 from .errors import InvalidPark, InvalidWait
+from .limits import check_signal_depth, check_signal_value
 from .records import SignalSlot, TaskRecord
 from .signals import InvalidSignalValue, SignalResult, SignalToken, slot_name
 from .state import (
@@ -84,15 +86,21 @@ def decide_signal(
     Every delivery path decides here (``Harness.signal`` and ``deliver``, ``deliver_signal``,
     a commit's ``tx.signal``, webhooks), so a key means the same everywhere: a stream key
     (``<prefix>.*``) is resolved with :func:`stream_key` against the same record and time as
-    the checks."""
+    the checks. A value over the limits of :mod:`bide.engine.limits` (too deep, too large, over
+    the task's budget) raises :class:`~bide.engine.limits.ValueRefused` instead: no result
+    of design 001 says "refused, try something else", so nothing is decided or stored."""
     if record is None:
         return SignalDecision(SignalResult.NOT_FOUND)
     if record.state.status in HOLDS_OUTCOME or record.abort_marked:
         return SignalDecision(SignalResult.CLOSED)
+    # Limits before the schema: a hostile value is refused, never stored (ValueRefused).
+    check_signal_depth(value, token.name, key, token.envelope)
     try:
         validated = token.validate(value)
     except InvalidSignalValue as exc:
         return SignalDecision(SignalResult.INVALID, errors=tuple(exc.errors))
+    dumped = token.dump(validated)
+    size = check_signal_value(dumped, token.name, key, token.envelope)
     name = slot_name(token.name, stream_key(record, token.name, key, now))
     slot = record.signals.get(name)
     if slot is not None and slot.has_value:
@@ -106,7 +114,8 @@ def decide_signal(
         return SignalDecision(
             SignalResult.CLOSED, bump(record, signals={**record.signals, name: expired})
         )
-    stored = SignalSlot(version=token.version, value=token.dump(validated), has_value=True)
+    check_signal_budget(record, name, size)
+    stored = SignalSlot(version=token.version, value=dumped, has_value=True)
     return SignalDecision(
         SignalResult.DELIVERED, bump(record, signals={**record.signals, name: stored})
     )

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import DefinitionError
+from .limits import ENVELOPE_DEPTH, ValueRefused
 
 T = TypeVar("T")
 
@@ -73,6 +74,8 @@ class SignalToken(Generic[T]):
     schema: Any
     migrate: Callable[[Any, int], Any] | None = None
     _adapter: TypeAdapter[Any] | None = field(repr=False, default=None)
+    envelope: int = 0
+    """Levels the schema wraps around a caller's value (see :func:`define_signal`)."""
 
     def key(self, key: str) -> SignalKey[T]:
         """The key of one wait for this signal."""
@@ -88,8 +91,15 @@ class SignalToken(Generic[T]):
             raise InvalidSignalValue(self.name, exc) from None
 
     def dump(self, value: Any) -> Any:
-        """The JSON form of a validated value, as stored on the task."""
-        return self._require_adapter().dump_python(value, mode="json")
+        """The JSON form of a validated value, as stored on the task. Raises
+        :class:`~bide.engine.limits.ValueRefused` for a string that is not Unicode text (a
+        lone surrogate: no store can encode it)."""
+        try:
+            return self._require_adapter().dump_python(value, mode="json")
+        except UnicodeEncodeError as exc:
+            raise ValueRefused(
+                f"a value of signal {self.name!r}", f"is not JSON text ({exc.reason})"
+            ) from None
 
     def _require_adapter(self) -> TypeAdapter[Any]:
         if self._adapter is None:
@@ -126,22 +136,39 @@ def define_signal(
     version: int,
     schema: Any,
     migrate: Callable[[Any, int], Any] | None = None,
+    *,
+    envelope: int = 0,
 ) -> SignalToken[Any]:
     """Define a signal token.
 
     ``name`` is unique like a task kind and has no ``/``; ``schema`` is a pydantic model or
     any type pydantic validates; ``migrate(value, from_version)`` upgrades stored values
     written by an older version.
+
+    A value nests at most :data:`~bide.engine.limits.MAX_JSON_DEPTH` levels and takes at most
+    :data:`~bide.engine.limits.MAX_VALUE_BYTES` of JSON. ``envelope`` (at most
+    :data:`~bide.engine.limits.ENVELOPE_DEPTH`) is for Bide's own tokens whose schema wraps a
+    value already checked against those limits (a promise's outcome wraps its value once):
+    that many levels, and :data:`~bide.engine.limits.ENVELOPE_BYTES`, are allowed on top.
     """
     if not isinstance(name, str) or not name or "/" in name:
         raise DefinitionError(f"signal name {name!r} must be a non-empty string without '/'")
     if not isinstance(version, int) or version < 1:
         raise DefinitionError(f"signal {name!r}: version must be an integer >= 1")
+    if not isinstance(envelope, int) or not 0 <= envelope <= ENVELOPE_DEPTH:
+        raise DefinitionError(f"signal {name!r}: envelope must be 0 to {ENVELOPE_DEPTH}")
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(schema)
     except Exception as exc:  # pydantic raises several types for unusable schemas
         raise DefinitionError(f"signal {name!r}: schema is not validatable: {exc}") from exc
-    return SignalToken(name=name, version=version, schema=schema, migrate=migrate, _adapter=adapter)
+    return SignalToken(
+        name=name,
+        version=version,
+        schema=schema,
+        migrate=migrate,
+        _adapter=adapter,
+        envelope=envelope,
+    )
 
 
 def slot_name(signal: str, key: str) -> str:

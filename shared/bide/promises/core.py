@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.host import WriteTx, read_docs
+from ..engine.limits import check_value
 from ..engine.mailbox import post
 from ..engine.state import Aborted, Completed, Sleeping, Terminal
 from ..engine.tasks import TaskView, define_task
@@ -107,7 +108,13 @@ def resolve_promise(
     When this write ends the promise, the same commit delivers :data:`PROMISE` to every open
     await key and to the keeper, sends a cancellation notice to the producer (cancelled or
     expired), and aborts ``close_task`` once every promise of the group is terminal.
+
+    Raises :class:`~bide.engine.limits.ValueRefused` (nothing written) for a ``value`` or
+    ``error`` over the limits of :mod:`bide.engine.limits`.
     """
+    check_value(value, f"the value of promise {promise_id!r}")
+    if error is not None:
+        check_value(error, f"the error of promise {promise_id!r}")
     decision = decide_resolution(
         read_promise(tx, promise_id), status, value, error, tx.now(), tx.task_id or "host"
     )

@@ -107,7 +107,8 @@ class CancelNotice(BaseModel):
     correlation: str | None = None
 
 
-PROMISE: SignalToken[PromiseSettled] = define_signal("bide.promise", 1, PromiseSettled)
+# envelope=1: the outcome wraps a value resolve_promise already checked against the limits.
+PROMISE: SignalToken[PromiseSettled] = define_signal("bide.promise", 1, PromiseSettled, envelope=1)
 """Delivered to every open await key (and the promise's keeper) when the promise ends."""
 
 PROMISE_CANCELLED: SignalToken[CancelNotice] = define_signal(

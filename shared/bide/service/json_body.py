@@ -3,8 +3,9 @@
 Python's ``json`` module turns some bodies into exceptions no caller expects
 (``RecursionError`` for deep nesting, ``ValueError`` for integers past 4300 digits) and others
 into values that do not survive a round trip (``NaN``, ``Infinity``, ``1e400`` becomes
-``inf``). :func:`strict_json` refuses all of them, and bodies nested deeper than
-:data:`~bide.constants.MAX_JSON_DEPTH`, with a message that says which rule was broken.
+``inf``) or cannot be stored at all (``"\ud800"``, a lone surrogate, is no UTF-8).
+:func:`strict_json` refuses all of them, and bodies nested deeper than
+:data:`~bide.engine.limits.MAX_JSON_DEPTH`, with a message that says which rule was broken.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import math
 from typing import Any
 
-from ..constants import MAX_JSON_DEPTH
+from ..engine.limits import MAX_JSON_DEPTH
 
 
 class JsonRefused(ValueError):
@@ -62,10 +63,18 @@ def strict_json(text: str) -> Any:
     if depth > MAX_JSON_DEPTH:
         raise JsonRefused(f"the body nests {depth} levels deep; the limit is {MAX_JSON_DEPTH}")
     try:
-        return json.loads(text, parse_float=_finite, parse_constant=_no_constants)
+        value = json.loads(text, parse_float=_finite, parse_constant=_no_constants)
     except JsonRefused:
         raise
     except json.JSONDecodeError:
         raise
     except ValueError:  # an integer past Python's digit limit (sys.get_int_max_str_digits)
         raise JsonRefused("a number in the body has too many digits") from None
+    if "\\u" in text:
+        # JSON may escape a lone surrogate ("\ud800"), which is not Unicode text: no store
+        # can encode it (it was a 500 once the value reached the store).
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise JsonRefused("a string in the body holds a lone surrogate escape") from None
+    return value

@@ -8,6 +8,7 @@ from typing import Any
 from ..constants import MAX_WEBHOOK_BODY_BYTES
 from ..engine.delivery import deliver_signal
 from ..engine.errors import DefinitionError
+from ..engine.limits import ValueRefused
 from ..engine.rules import SignalDecision
 from ..engine.signals import SignalResult
 from ..tools.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token, verify
@@ -28,10 +29,15 @@ def deliver(
     deps: Deps, session_id: str, task_id: str, signal: str, key: str, value: Any
 ) -> SignalDecision:
     """Arm, then deliver (design 001 ch. XI: a crash in between never strands a session).
-    Raises :class:`DefinitionError` when the app has no signal by that name."""
+    Raises :class:`DefinitionError` when the app has no signal by that name, and
+    :class:`WebhookRejected` (400 too deep or not JSON, 413 too large or over the task's
+    budget) for a value the limits of :mod:`bide.engine.limits` refuse; nothing is stored."""
     token = deps.app.signal_token(signal)
     deps.queue.wake(session_id, "signal")
-    decision = deliver_signal(deps.store, session_id, task_id, token, key, value, deps.clock)
+    try:
+        decision = deliver_signal(deps.store, session_id, task_id, token, key, value, deps.clock)
+    except ValueRefused as exc:
+        raise WebhookRejected(exc.status, str(exc)) from None
     if decision.result is SignalResult.DELIVERED:
         # No lost wakeup: the wake above may have reached a worker that found nothing, parked
         # and exited before the value landed. Wake again now that the value is stored.
