@@ -91,3 +91,26 @@ def test_workflow_routes_validate_and_404():
         deps, "POST", f"/sessions/{sid}/authorizations/r-none/complete", {"token": "t"}
     )
     assert body == {"result": "not_found"}
+
+
+def test_a_value_the_store_refuses_is_the_senders_4xx_not_a_500(monkeypatch):
+    """Whatever route a refused value comes through (today the route's own checks stop
+    them earlier), the engine's ValueRefused is answered with its status and message, never
+    as a 500, and nothing is delivered."""
+    from bide.engine.limits import ValueTooLarge
+    from bide.service import workflow as workflow_service
+
+    _kit, deps = make()
+    sid = asyncio.run(create_session(deps, "s-wf3"))
+    asyncio.run(submit(deps, sid, "ship it", request_id="r1"))
+    asyncio.run(run_session(deps, sid))
+    [ask] = api(deps, "GET", f"/sessions/{sid}/workflow")[1]["asks"]
+
+    def refuse(*_args, **_kwargs):
+        raise ValueTooLarge("the answer", "is 300000 bytes of JSON; the limit is 262144", 262144)
+
+    monkeypatch.setattr(workflow_service, "answer_in", refuse)
+    path = f"/sessions/{sid}/asks/{ask['id']}/answer"
+    status, body = api(deps, "POST", path, {"text": "big"})
+    assert status == 413 and body["error"].endswith("nothing was stored"), (status, body)
+    assert api(deps, "GET", f"/sessions/{sid}/workflow")[1]["asks"][0]["status"] == "open"

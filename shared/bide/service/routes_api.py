@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from ..agent.conversation import Submission
 from ..engine.errors import ConflictError, StoreUnavailable
+from ..engine.limits import ValueRefused
 from . import observability as obs
 from . import workflow as workflow_service
 from .api_models import (
@@ -400,6 +401,11 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
     def bad_cursor(exc: BadCursor) -> Response[Any]:
         return model_response(400, ErrorBody(error=str(exc)))
 
+    def refused(exc: ValueRefused) -> Response[Any]:
+        # A value the store would not take back (e.g. an answer nested too deep): the
+        # request's own fault, and nothing was written.
+        return model_response(exc.status, ErrorBody(error=str(exc)))
+
     def invalid(exc: RequestValidationError) -> Response[Any]:
         # Powertools' own answer names the field but not why; say both (never the input).
         detail = [
@@ -417,5 +423,6 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
     app.exception_handler(SessionNotFound)(not_found)
     app.exception_handler([NotAllowed, NoPrincipal])(forbidden)
     app.exception_handler(BadCursor)(bad_cursor)
+    app.exception_handler(ValueRefused)(refused)
     app.exception_handler(RequestValidationError)(invalid)
     app.exception_handler([StoreUnavailable, ConflictError])(busy)
