@@ -126,6 +126,11 @@ def reserve(h: Kernel, d: Draft) -> list[tuple[str, str]]:
             # A task waiting on this one can only be woken by the next pass.
             h._truncated = True
             continue
+        if cascade_pending(record, live):
+            # Its owner is aborting but the mark has not reached it yet (a cascade larger
+            # than one commit): start nothing before it arrives, as one big commit would.
+            h._truncated = True
+            continue
         if record.abort_marked:
             if not runnable_for_abort(record, live):
                 continue
