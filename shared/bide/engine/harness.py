@@ -96,6 +96,7 @@ class Harness:
         self._changed = asyncio.Event()
         self._opened = False
         self._closed = False
+        self._closing = False
         self._first_pass = False
         self._truncated = False
         self._outcome_waiters: dict[str, list[asyncio.Future[Outcome]]] = {}
@@ -140,17 +141,20 @@ class Harness:
         the caller's)."""
         if self._closed:
             return
+        self._closing = True  # the run loop starts nothing more
         tasks = list(self._inflight.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-        if self._opened:
-            # One commit per MAX_COMMIT_ITEMS tasks; a crash in between leaves the rest
-            # running under their leases, recovered once those expire.
-            while self._apply(lambda d: scheduler.release_mine(self, d)):
-                pass
-        self._closed = True
+        try:
+            if self._opened:
+                # One commit per MAX_COMMIT_ITEMS tasks; a crash in between leaves the rest
+                # running under their leases, recovered once those expire.
+                while self._apply(lambda d: scheduler.release_mine(self, d)):
+                    pass
+        finally:
+            self._closed = True
 
     # --- commands ----------------------------------------------------------------------------
 
@@ -217,7 +221,7 @@ class Harness:
         """
         self._ensure_open()
         try:
-            while not self._closed:
+            while not self._closed and not self._closing:
                 self._truncated = False
                 if stop_at is None or self.clock.now() < stop_at:
                     for task_id, invocation in self._apply(lambda d: scheduler.reserve(self, d)):
