@@ -49,8 +49,7 @@ R = TypeVar("R")
 DEFAULT_RESTART_LIMIT = 5
 _COMMIT_ATTEMPTS = 8
 _MARK_BUDGET = scheduler.MARK_BUDGET  # descendants marked in the commit that ends or aborts
-# A store error inside a running invocation that stops the run like a crash (not a fault):
-# the store could not be reached, or the session stayed too busy to commit.
+# Store errors that stop a run like a crash when raised inside an invocation (not a fault).
 _TRANSIENT = (StoreUnavailable, ConflictError)
 
 
@@ -80,11 +79,10 @@ class Harness:
         self.ids: IdSource = ids or RandomIds()
         self.restart_limit = restart_limit
         self.lease_seconds = lease_seconds
-        """How long a task this harness starts is leased to it (renewed when its phase
-        commits a new checkpoint and keeps running). Another harness leaves a task with a
-        live lease alone and takes it over only once the lease expired. None: no lease, and
-        ``open()`` takes over every running task it finds (a single-process host, where a new
-        harness means the old one is gone). A worker passes its timeout plus some slack."""
+        """How long a task this harness runs is leased to it (renewed when a phase commits a
+        new checkpoint and runs on); other harnesses take it over only once it expired. None:
+        ``open()`` takes over every running task (a single-process host). A worker passes its
+        timeout plus some slack."""
         self._defs: dict[tuple[str, int], TaskDefinition] = {}
         for definition in tasks:
             self.register(definition)
@@ -137,8 +135,7 @@ class Harness:
 
     async def close(self) -> None:
         """Stop running work. Running tasks go back to ``pending`` (no restart counted, their
-        leases released), so a later ``open()`` continues them. The store stays open (it is
-        the caller's)."""
+        leases released); a later ``open()`` continues them. The store stays the caller's."""
         if self._closed:
             return
         self._closing = True  # the run loop starts nothing more
@@ -260,25 +257,13 @@ class Harness:
         return self.wake()
 
     def _abandon_after_store_failure(self) -> None:
-        """Best effort, with leases only: recover the tasks this dead run held now, as the
-        next run would once their leases expired, so it need not wait them out. If the store
-        still fails, the leases expire and the tasks are recovered then."""
+        """With leases, best effort: recover this dead run's tasks now rather than when their
+        leases expire (if the store still fails, that is when)."""
         if self.lease_seconds is None:
             return
-
-        def recover(d: Draft) -> bool:
-            live = d.live()
-            for record in live.values():
-                state = record.state
-                if isinstance(state, Running) and state.invocation in self._mine:
-                    if len(d.writes) + scheduler.recovery_cost(record, live) > MAX_COMMIT_ITEMS:
-                        return True
-                    scheduler.recover(self, d, record)
-            return False
-
         self._closed = False
         try:
-            while self._apply(recover):
+            while self._apply(lambda d: scheduler.recover_mine(self, d)):
                 pass
         except Exception:  # the store is still failing: the leases will expire
             pass
@@ -302,13 +287,8 @@ class Harness:
 
     def _held(self) -> set[str]:
         """The invocations this harness is running now (their tasks count as active)."""
-        held = set()
-        for task_id in self._inflight:
-            record = self._live.get(task_id)
-            invocation = getattr(record.state, "invocation", None) if record else None
-            if invocation is not None:
-                held.add(invocation)
-        return held
+        records = (self._live.get(task_id) for task_id in self._inflight)
+        return {r.state.invocation for r in records if r and isinstance(r.state, Running)}  # type: ignore[misc]
 
     def task(self, task_id: str) -> TaskRecord | None:
         """A task's record, live or ended."""

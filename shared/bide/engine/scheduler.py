@@ -83,6 +83,19 @@ def recover_abandoned(h: Kernel, d: Draft, *, at_open: bool) -> bool:
     return False
 
 
+def recover_mine(h: Kernel, d: Draft) -> bool:
+    """Recover the running tasks this (dead) harness held, as many as fit one commit, as the
+    next run would once their leases expired; True when some were left for another commit."""
+    live = d.live()
+    for record in live.values():
+        state = record.state
+        if isinstance(state, Running) and state.invocation in h._mine:
+            if len(d.writes) + recovery_cost(record, live) > MAX_COMMIT_ITEMS:
+                return True
+            recover(h, d, record)
+    return False
+
+
 def release_mine(h: Kernel, d: Draft) -> bool:
     """Put running tasks this harness holds back to ``pending`` (no restart counted: a clean
     stop), as many as fit one commit; True when some were left for another commit."""
