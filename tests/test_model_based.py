@@ -12,10 +12,13 @@ model written here in plain Python. The model encodes design 001's tables:
 * the wake consumes its key; sleeping again on a consumed or expired key is refused;
 * early values are kept and wake the later sleep at once; other listed keys stay open;
 * an abort mark closes the task to signals and ends its park at once;
-* a crash puts a running task back to pending with its wake (counting a restart), a close
-  does the same without counting; parked tasks stay parked;
+* a running task holds a lease (``LEASE`` seconds from its reservation): a harness opened
+  while it is live leaves the task alone, and once it expired the task goes back to pending
+  with its wake (counting a restart) as after a crash; a close puts the tasks it runs back to
+  pending without counting; parked tasks stay parked;
 * ``wake()``: active iff something can run; ``at`` is the earliest deadline of a sleep that is
-  not abort-marked; sleeps on signals alone give no ``at``.
+  not abort-marked, or of a live lease another harness holds; sleeps on signals alone give
+  no ``at``.
 
 The task kind under test sleeps through a plan of steps. Each step lists new keys (of two
 signal tokens), optionally a deadline, and optionally carries over the keys of the previous
@@ -26,8 +29,9 @@ Deliveries also travel through a small network that reorders and duplicates them
 sent twice, copies arriving in any order, some through the store alone as another process's
 signal handler would deliver them with :func:`bide.engine.delivery.deliver_signal`). And workers
 race: while one harness's run is stopped inside a phase, another process delivers signals or
-aborts a task, or a second harness opens the session (taking the running task over, as a
-duplicate worker would) and runs it; then the first run goes on. Whichever harness did the
+aborts a task, or a second harness opens the session (as a duplicate worker would): while
+the lease is live it leaves the running task alone; once time passed the lease it takes the
+task over and runs it; then the first run goes on. Whichever harness did the
 work, the store must end where the model does.
 
 The default run is CI-sized (2,000 examples); ``BIDE_LONG_PROOF=1`` runs 20,000 longer ones.
@@ -79,6 +83,7 @@ from bide import (
 LONG = os.environ.get("BIDE_LONG_PROOF") == "1"
 SESSION = "s-model"
 RESTART_LIMIT = 2  # small, so the restart-limit path is reachable within a few crashes
+LEASE = 60.0  # short, so clock steps cross it both ways
 
 
 class Num(BaseModel):
@@ -253,6 +258,7 @@ class MTask:
     abort_marked: bool = False
     abort_reason: str | None = None
     restarts: int = 0
+    lease: float | None = None  # while running: when the lease of its holder expires
     slots: dict[str, MSlot] = field(default_factory=dict)
     outcome: tuple[str, Any] | None = None
     # Every value ever accepted, per slot (for the "never lost or changed" invariant).
@@ -312,9 +318,16 @@ class Model:
     def eligible(self, t: MTask, now: float) -> bool:
         if t.status == "pending":
             return True
+        if t.status == "running":
+            return self.expired(t, now)
         if t.status != "sleeping":
             return False
         return t.abort_marked or self.wakeup(t, now) is not None
+
+    @staticmethod
+    def expired(t: MTask, now: float) -> bool:
+        assert t.lease is not None
+        return t.lease <= now
 
     def wake(self, now: float) -> Wake:
         active = any(self.eligible(t, now) for t in self.live())
@@ -322,7 +335,7 @@ class Model:
             t.until
             for t in self.live()
             if t.status == "sleeping" and t.until is not None and not t.abort_marked
-        ]
+        ] + [t.lease for t in self.live() if t.status == "running" and not self.expired(t, now)]
         return Wake(active=active, at=min(untils) if untils else None)
 
     def reserve(self, t: MTask, now: float) -> None:
@@ -342,7 +355,7 @@ class Model:
                     if s.value is None:
                         s.expired = True
             t.wake = wake
-        t.status = "running"
+        t.status, t.lease = "running", now + LEASE
 
     def end(self, t: MTask, outcome: tuple[str, Any]) -> None:
         event(f"ended: {outcome[0]}")
@@ -392,19 +405,31 @@ class Model:
         # Tasks of this kind never touch each other, so each can be driven on its own.
         for t in self.live():
             while t.status != "terminal" and self.eligible(t, now):
+                if t.status == "running":  # its lease expired: taken over
+                    self.recover(t)
+                    continue
                 self.reserve(t, now)
                 self.phase(t, now)
 
-    def restart(self, *, crashed: bool) -> None:
-        for t in self.live():
-            if t.status != "running":
-                continue
-            if crashed:
-                t.restarts += 1
-                if t.restarts > RESTART_LIMIT:
-                    self.end(t, ("faulted", "restart limit reached"))
-                    continue
+    def recover(self, t: MTask) -> None:
+        """A running task whose holder is presumed dead: pending with its wake, counting a
+        restart (faulted past the limit)."""
+        t.restarts += 1
+        t.lease = None
+        if t.restarts > RESTART_LIMIT:
+            self.end(t, ("faulted", "restart limit reached"))
+        else:
             t.status = "pending"
+
+    def release(self, t: MTask) -> None:
+        """A clean close of the harness running ``t``: pending, no restart counted."""
+        t.status, t.lease = "pending", None
+
+    def open(self, now: float) -> None:
+        """A new harness opens the session: it takes over what expired leases left."""
+        for t in self.live():
+            if t.status == "running" and self.expired(t, now):
+                self.recover(t)
 
 
 # --- the state machine ----------------------------------------------------------------------
@@ -450,6 +475,7 @@ class EngineMachine(RuleBasedStateMachine):
             clock=self.clock,
             ids=self.ids,
             restart_limit=RESTART_LIMIT,
+            lease_seconds=LEASE,
         )
 
     def open_harness(self) -> Harness:
@@ -627,19 +653,24 @@ class EngineMachine(RuleBasedStateMachine):
 
     # --- racing workers ----------------------------------------------------------------------
 
-    @precondition(lambda self: self.races < 3 and len(self.runnable()) == 1)
+    @precondition(lambda self: self.races < 3 and self.one_to_reserve())
     @rule(
         data=st.data(),
-        race=st.sampled_from(["signals", "abort", "second worker first", "first worker first"]),
+        race=st.sampled_from(
+            ["signals", "abort", "second worker (lease live)", "second worker (lease expired)"]
+        ),
     )
     def race_mid_run(self, data: st.DataObject, race: str) -> None:
         """The one runnable task is reserved and its phase starts; while it is stopped there:
 
         * ``signals``: another process delivers values through the store alone;
         * ``abort``: another process aborts a task (often the running one);
-        * ``second worker ...``: a second harness opens the session, taking the running task
-          over (it counts a restart, as after a crash), and runs it; the first run goes on
-          before or after it, finds its commits refused, and goes on with what is left.
+        * ``second worker (lease live)``: a second harness opens the session and runs it; it
+          leaves the running task alone (no restart) and asks to run again when the lease
+          expires; the first run goes on undisturbed;
+        * ``second worker (lease expired)``: time passes the lease first; the second harness
+          takes the task over (it counts a restart, as after a crash) and runs it; the first
+          run goes on after it, finds its commits refused, and goes on with what is left.
 
         Both runs return the model's ``wake()``; whichever harness did the work, the store
         ends where the model does."""
@@ -681,17 +712,26 @@ class EngineMachine(RuleBasedStateMachine):
                 self.model.end(victim, ("aborted", f"{victim.abort_reason}@{victim.step}"))
             else:
                 self.model.phase(victim, now, seen)
-        else:
+        elif race == "second worker (lease live)":
             second = self.open_harness()
-            self.model.restart(crashed=True)  # the second worker took the running task over
-            if race == "second worker first":
-                self.model.run_until_parked(now)
-                self.trap.calls = 0
-                assert self.run(second.run_until_parked()) == self.model.wake(now)
-                self.trap.release()
-            else:
-                self.trap.release()
-                self.model.run_until_parked(now)
+            self.model.open(now)
+            assert victim.status == "running" and victim.lease == now + LEASE
+            self.model.run_until_parked(now)  # nothing else is runnable
+            self.trap.calls = 0
+            wake = self.run(second.run_until_parked())
+            assert wake == self.model.wake(now) and wake.active is False
+            assert wake.at is not None and wake.at <= now + LEASE
+            self.run(second.close())  # it holds nothing: the victim stays leased
+            self.trap.release()
+            self.model.phase(victim, now, seen)
+        else:
+            now = self.clock.advance(LEASE)
+            second = self.open_harness()
+            self.model.open(now)  # the second worker took the running task over
+            self.model.run_until_parked(now)
+            self.trap.calls = 0
+            assert self.run(second.run_until_parked()) == self.model.wake(now)
+            self.trap.release()
             self.trap.calls = 0
             assert self.run(runner) == self.model.wake(now), "the first run's wake"
             self.trap.calls = 0
@@ -738,17 +778,24 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(clean=st.booleans())
     def restart(self, clean: bool) -> None:
-        """Between runs nothing is running: a crash (drop the harness without closing it) or a
-        clean close, then a new harness on the same store. Parked work stays parked."""
+        """Between runs this harness runs nothing: a crash (drop the harness without closing
+        it) or a clean close, then a new harness on the same store. Parked work stays parked;
+        tasks a dead harness left running are taken over once their lease expired."""
         if clean:
             self.run(self.harness.close())
         self.harness = self.open_harness()
-        self.model.restart(crashed=not clean)
+        self.model.open(self.clock.now())
 
     def runnable(self) -> list[MTask]:
         return [t for t in self.model.live() if self.model.eligible(t, self.clock.now())]
 
-    @precondition(lambda self: self.crashes < 4 and len(self.runnable()) == 1)
+    def one_to_reserve(self) -> bool:
+        """Exactly one runnable task, and nothing left running by a dead harness (a run would
+        take that over too)."""
+        running = any(t.status == "running" for t in self.model.live())
+        return not running and len(self.runnable()) == 1
+
+    @precondition(lambda self: self.crashes < 4 and self.one_to_reserve())
     @rule(clean=st.booleans())
     def crash_mid_phase(self, clean: bool) -> None:
         """The one runnable task is reserved and its phase starts; then the process dies
@@ -759,8 +806,10 @@ class EngineMachine(RuleBasedStateMachine):
         event(f"crash mid-phase ({'close' if clean else 'kill'}, {victim.status})")
         self.model.reserve(victim, self.clock.now())
         self.run(self.crash_while_running(victim.id, clean))
+        if clean:
+            self.model.release(victim)
         self.harness = self.open_harness()
-        self.model.restart(crashed=not clean)
+        self.model.open(self.clock.now())  # a killed worker's task stays leased
 
     async def crash_while_running(self, victim: str, clean: bool) -> None:
         self.trap.arm(victim)

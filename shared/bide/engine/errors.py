@@ -77,6 +77,17 @@ class HarnessClosed(BideError):
     """The harness was closed; open a new one to continue. Nothing was lost."""
 
 
+class StoreFailedMidRun(BaseException):
+    """A transient store error (:class:`StoreUnavailable`, or a session too busy to commit)
+    inside a running invocation. It is a ``BaseException`` so that no phase or tool
+    ``except Exception`` turns it into a fault or a tool error: the run stops like a crash,
+    and :meth:`~bide.engine.harness.Harness.run_until_parked` re-raises :attr:`error`."""
+
+    def __init__(self, error: BideError) -> None:
+        self.error = error
+        super().__init__(f"the store failed while a task ran: {error}")
+
+
 class InvocationEnded(BaseException):
     """This invocation may not commit any more: the task parked or ended, was abort-marked,
     or another worker took it over. The harness handles it; phases should let it propagate."""

@@ -4,13 +4,15 @@ The harness is the only code that talks to the store. Every change is one atomic
 conditioned on the session's sequence number; state is adopted in memory only after the store
 accepted it. On a conflict the harness reloads and evaluates the change again against the
 fresh view (optimistic concurrency), so a concurrent signal never interrupts running work,
-while a concurrent abort or takeover ends the stale invocation.
+while a concurrent abort or takeover ends the stale invocation. Long because: the harness is
+the session's one public face (open, run, signal, close, queries) over the scheduler.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from . import scheduler
@@ -21,11 +23,13 @@ from .errors import (
     DefinitionError,
     HarnessClosed,
     KeyReuseError,
+    StoreFailedMidRun,
+    StoreUnavailable,
     UnknownTaskKind,
 )
 from .ids import IdSource, RandomIds, keyed_id
+from .kernel import IN_INVOCATION, require_json
 from .kernel import Draft as Draft  # re-exported: callers building commits look for it here
-from .kernel import require_json
 from .records import TaskRecord
 from .rules import (
     SignalDecision,
@@ -38,22 +42,17 @@ from .rules import (
     live_children,
 )
 from .signals import SignalResult, SignalToken
-from .state import (
-    Completing,
-    Faulted,
-    Outcome,
-    Pending,
-    Running,
-    Terminal,
-)
-from .store.base import Doc, Store
+from .state import Completing, Outcome, Pending, Running, Terminal
+from .store.base import MAX_COMMIT_ITEMS, Doc, Store
 from .tasks import TaskDefinition
 
 R = TypeVar("R")
 
 DEFAULT_RESTART_LIMIT = 5
 _COMMIT_ATTEMPTS = 8
-_MARK_BUDGET = 60  # descendants marked in the commit that ends or aborts their owner
+_MARK_BUDGET = scheduler.MARK_BUDGET  # descendants marked in the commit that ends or aborts
+# Store errors that stop a run like a crash when raised inside an invocation (not a fault).
+_TRANSIENT = (StoreUnavailable, ConflictError)
 
 
 class Harness:
@@ -70,7 +69,10 @@ class Harness:
         ids: IdSource | None = None,
         restart_limit: int = DEFAULT_RESTART_LIMIT,
         services: dict[str, Any] | None = None,
+        lease_seconds: float | None = None,
     ) -> None:
+        if lease_seconds is not None and not lease_seconds > 0:
+            raise DefinitionError(f"lease_seconds must be > 0 (or None), not {lease_seconds!r}")
         self.store = store
         self.services: dict[str, Any] = dict(services or {})
         """Host-provided values code may need (e.g. ``webhook_base_url``)."""
@@ -78,6 +80,11 @@ class Harness:
         self.clock: Clock = clock or SystemClock()
         self.ids: IdSource = ids or RandomIds()
         self.restart_limit = restart_limit
+        self.lease_seconds = lease_seconds
+        """How long a task this harness runs is leased to it (renewed when a phase commits a
+        new checkpoint and runs on); other harnesses take it over only once it expired. None:
+        ``open()`` takes over every running task (a single-process host). A worker passes its
+        timeout plus some slack."""
         self._defs: dict[tuple[str, int], TaskDefinition] = {}
         for definition in tasks:
             self.register(definition)
@@ -89,6 +96,7 @@ class Harness:
         self._changed = asyncio.Event()
         self._opened = False
         self._closed = False
+        self._closing = False
         self._first_pass = False
         self._truncated = False
         self._outcome_waiters: dict[str, list[asyncio.Future[Outcome]]] = {}
@@ -106,26 +114,18 @@ class Harness:
 
     async def open(self) -> None:
         """Load the session. Tasks left ``running`` by a dead process go back to ``pending``
-        with their wake (counting a restart); parked tasks stay parked."""
+        with their wake (counting a restart); parked tasks stay parked. With leases, a task
+        whose lease is live is left to the harness that holds it (see ``lease_seconds``).
+
+        Recovery writes as many commits as the number of such tasks needs; a crash between
+        two leaves the rest for the next ``open()``."""
         if self._closed:
             raise HarnessClosed("this harness was closed; create a new one")
         self._reload()
         self._opened = True
         self._first_pass = True
-
-        def recover(d: Draft) -> None:
-            for record in list(d.live().values()):
-                if isinstance(record.state, Running):
-                    restarts = record.restarts + 1
-                    if restarts > self.restart_limit:
-                        self._finish(d, record, Faulted(error="restart limit reached"))
-                    else:
-                        pending = Pending(
-                            checkpoint=record.state.checkpoint, wake=record.state.wake
-                        )
-                        d.put(bump(record, state=pending, restarts=restarts))
-
-        self._apply(recover)
+        while self._apply(lambda d: scheduler.recover_abandoned(self, d, at_open=True)):
+            pass
 
     async def attach(self) -> None:
         """Load the session to send commands (submit, signal, abort) without running it: unlike
@@ -136,25 +136,24 @@ class Harness:
         self._opened = True
 
     async def close(self) -> None:
-        """Stop running work. Running tasks go back to ``pending`` (no restart counted), so a
-        later ``open()`` continues them. The store stays open (it is the caller's)."""
+        """Stop running work. Running tasks go back to ``pending`` (no restart counted, their
+        leases released); a later ``open()`` continues them. The store stays the caller's."""
         if self._closed:
             return
+        self._closing = True  # the run loop starts nothing more
         tasks = list(self._inflight.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-        def release(d: Draft) -> None:
-            for record in list(d.live().values()):
-                state = record.state
-                if isinstance(state, Running) and state.invocation in self._mine:
-                    pending = Pending(checkpoint=state.checkpoint, wake=state.wake)
-                    d.put(bump(record, state=pending))
-
-        if self._opened:
-            self._apply(release)
-        self._closed = True
+        try:
+            if self._opened:
+                # One commit per MAX_COMMIT_ITEMS tasks; a crash in between leaves the rest
+                # running under their leases, recovered once those expire.
+                while self._apply(lambda d: scheduler.release_mine(self, d)):
+                    pass
+        finally:
+            self._closed = True
 
     # --- commands ----------------------------------------------------------------------------
 
@@ -202,7 +201,10 @@ class Harness:
         record = d.get(task_id)
         if record is None:
             return False
-        targets = descendants(task_id, d.live())[:_MARK_BUDGET]
+        # Deeper work past the budget (or past what this commit still holds) is marked by
+        # the scheduler's next pass (scheduler.propagate_aborts).
+        room = max(0, min(_MARK_BUDGET, MAX_COMMIT_ITEMS - 1 - len(d.writes) - len(d.docs)))
+        targets = descendants(task_id, d.live())[:room]
         if not isinstance(record.state, Completing):
             targets.append(record)
         for target in targets:
@@ -218,7 +220,7 @@ class Harness:
         """
         self._ensure_open()
         try:
-            while not self._closed:
+            while not self._closed and not self._closing:
                 self._truncated = False
                 if stop_at is None or self.clock.now() < stop_at:
                     for task_id, invocation in self._apply(lambda d: scheduler.reserve(self, d)):
@@ -242,12 +244,33 @@ class Harness:
                 for task in done:
                     if task is not waiter and not task.cancelled() and task.exception():
                         raise task.exception()  # type: ignore[misc]
+        except StoreFailedMidRun as failed:
+            # A transient store error inside an invocation: the run stops like a crash, never
+            # faulting the task or turning the call into a tool error. The caller sees the
+            # store's own (retryable) error, and the next run recovers the task.
+            await self._die()
+            self._abandon_after_store_failure()
+            raise failed.error from failed.error.__cause__
         except BaseException:
             # An engine bug or a process death (e.g. a simulated crash): stop every other
             # invocation too, write nothing more. The store holds whatever was committed.
             await self._die()
             raise
         return self.wake()
+
+    def _abandon_after_store_failure(self) -> None:
+        """With leases, best effort: recover this dead run's tasks now rather than when their
+        leases expire (if the store still fails, that is when)."""
+        if self.lease_seconds is None:
+            return
+        self._closed = False
+        try:
+            while self._apply(lambda d: scheduler.recover_mine(self, d)):
+                pass
+        except Exception:  # the store is still failing: the leases will expire
+            pass
+        finally:
+            self._closed = True
 
     async def _die(self) -> None:
         self._closed = True
@@ -260,7 +283,14 @@ class Harness:
 
     def wake(self) -> Wake:
         """``active``: something can run now; ``at``: the earliest sleep deadline (or None)."""
-        return compute_wake(self._live, self.clock.now(), self.outcome, self._reruns)
+        return compute_wake(
+            self._live, self.clock.now(), self.outcome, self._reruns, mine=self._held()
+        )
+
+    def _held(self) -> set[str]:
+        """The invocations this harness is running now (their tasks count as active)."""
+        records = (self._live.get(task_id) for task_id in self._inflight)
+        return {r.state.invocation for r in records if r and isinstance(r.state, Running)}  # type: ignore[misc]
 
     def task(self, task_id: str) -> TaskRecord | None:
         """A task's record, live or ended."""
@@ -275,7 +305,8 @@ class Harness:
     def get_doc(self, key: str) -> Any:
         """A document's body (None when absent), cached until the session moves on."""
         if key not in self._docs:
-            doc = self.store.get_doc(self.session_id, key)
+            with self._store_errors():
+                doc = self.store.get_doc(self.session_id, key)
             self._docs[key] = None if doc is None else doc.body
         return self._docs[key]
 
@@ -283,7 +314,10 @@ class Harness:
         self, prefix: str, *, start_after: str | None = None, limit: int | None = None
     ) -> list[Doc]:
         """Committed documents under ``prefix`` in key order."""
-        return self.store.list_docs(self.session_id, prefix, start_after=start_after, limit=limit)
+        with self._store_errors():
+            return self.store.list_docs(
+                self.session_id, prefix, start_after=start_after, limit=limit
+            )
 
     @property
     def live_tasks(self) -> dict[str, TaskRecord]:
@@ -366,26 +400,39 @@ class Harness:
     def _apply(self, change: Callable[[Draft], R]) -> R:
         """Evaluate ``change`` against the adopted view and commit its writes; on a conflict
         reload and evaluate it again (it decides afresh; nothing stale is resent)."""
-        for _ in range(_COMMIT_ATTEMPTS):
-            if self._closed:
-                raise HarnessClosed("this harness was closed; create a new one")
-            draft = Draft(self)
-            result = change(draft)
-            if not draft.writes and not draft.docs:
+        with self._store_errors():
+            for _ in range(_COMMIT_ATTEMPTS):
+                if self._closed:
+                    raise HarnessClosed("this harness was closed; create a new one")
+                draft = Draft(self)
+                result = change(draft)
+                if not draft.writes and not draft.docs:
+                    return result
+                check_commit(self._live, draft.writes.values(), draft.docs)  # ValueRefused
+                docs = [Doc(key, body) for key, body in draft.docs.items()]
+                try:
+                    self._seq = self.store.commit(
+                        self.session_id, self._seq, list(draft.writes.values()), docs
+                    )
+                except ConflictError:
+                    self._reload()
+                    continue
+                self._docs.update(draft.docs)
+                self._adopt(draft.writes.values())
                 return result
-            check_commit(self._live, draft.writes.values(), draft.docs)  # ValueRefused
-            docs = [Doc(key, body) for key, body in draft.docs.items()]
-            try:
-                self._seq = self.store.commit(
-                    self.session_id, self._seq, list(draft.writes.values()), docs
-                )
-            except ConflictError:
-                self._reload()
-                continue
-            self._docs.update(draft.docs)
-            self._adopt(draft.writes.values())
-            return result
-        raise ConflictError(self.session_id, self._seq, None)
+            raise ConflictError(self.session_id, self._seq, None)
+
+    @contextlib.contextmanager
+    def _store_errors(self) -> Iterator[None]:
+        """Inside a running invocation, a transient store error (unreachable, throttled, too
+        busy for every attempt) becomes :class:`StoreFailedMidRun`: a crash of this run, not
+        the task's fault. A racing writer's conflict is reloaded by ``_apply`` instead."""
+        try:
+            yield
+        except _TRANSIENT as exc:
+            if IN_INVOCATION.get():
+                raise StoreFailedMidRun(exc) from exc
+            raise
 
     def _adopt(self, records: Iterable[TaskRecord]) -> None:
         for record in records:
@@ -442,7 +489,8 @@ class Harness:
     def _fetch(self, task_id: str) -> TaskRecord | None:
         if task_id in self._ended:
             return self._ended[task_id]
-        record = self.store.get_task(self.session_id, task_id)
+        with self._store_errors():
+            record = self.store.get_task(self.session_id, task_id)
         if record is not None and not record.live:
             self._ended[task_id] = record
         return record

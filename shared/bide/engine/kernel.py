@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
 from .clock import Clock
@@ -49,6 +50,7 @@ class Kernel(Protocol):
     ids: IdSource
     services: dict[str, Any]
     restart_limit: int
+    lease_seconds: float | None
 
     # The adopted view and the run loop's bookkeeping, which the scheduler reads and updates.
     _live: dict[str, TaskRecord]
@@ -84,6 +86,12 @@ class Kernel(Protocol):
     async def wait_outcome(self, task_id: str) -> Outcome: ...
     def _fetch(self, task_id: str) -> TaskRecord | None: ...
     def _reruns(self, record: TaskRecord) -> bool: ...
+
+
+IN_INVOCATION: ContextVar[bool] = ContextVar("bide_in_invocation", default=False)
+"""True inside the asyncio task that runs one invocation (a phase, a tool's ``execute()``, an
+abort handler): the harness then turns a transient store error into
+:class:`~bide.engine.errors.StoreFailedMidRun`, which no ``except Exception`` catches."""
 
 
 class Draft:

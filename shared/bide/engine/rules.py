@@ -7,7 +7,7 @@ the harness a thin loop around them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -316,6 +316,32 @@ def ready_to_settle(record: TaskRecord, live: Mapping[str, TaskRecord]) -> bool:
     return record.state.status == "completing" and not live_children(record.id, live)
 
 
+# --- leases ----------------------------------------------------------------------------------
+
+
+def held_elsewhere(record: TaskRecord, now: float, mine: Collection[str]) -> bool:
+    """A running task another harness holds under a lease that has not expired: it is
+    presumed to be running there, so it is neither taken over nor run here."""
+    state = record.state
+    return (
+        isinstance(state, Running)
+        and state.invocation not in mine
+        and state.lease_until is not None
+        and state.lease_until > now
+    )
+
+
+def abandoned(record: TaskRecord, now: float, mine: Collection[str], *, at_open: bool) -> bool:
+    """A running task no live invocation holds: its lease expired, or (``at_open``, the old
+    rule for records without a lease) it carries none. It is recovered as after a crash."""
+    state = record.state
+    if not isinstance(state, Running) or state.invocation in mine:
+        return False
+    if state.lease_until is None:
+        return at_open
+    return state.lease_until <= now
+
+
 # --- liveness --------------------------------------------------------------------------------
 
 
@@ -336,15 +362,24 @@ def compute_wake(
     now: float,
     outcome_of: OutcomeOf,
     reruns: Callable[[TaskRecord], bool] = lambda _: False,
+    mine: Collection[str] = (),
 ) -> Wake:
     """Design 001 ch. IV "When parked work counts as active". ``reruns`` says whether a
-    parked task's definition asks it to run again now (a tool registry change)."""
+    parked task's definition asks it to run again now (a tool registry change). A task
+    another harness holds under a live lease (``mine``: this harness's invocations) is not
+    active here, but its lease's expiry is an ``at``: if that holder died, the session must
+    run then to take the task over."""
     active = False
     at: float | None = None
     for record in live.values():
         state = record.state
+        elsewhere = held_elsewhere(record, now, mine)
+        if elsewhere:
+            assert isinstance(state, Running) and state.lease_until is not None
+            until = state.lease_until
+            at = until if at is None else min(at, until)
         if (
-            isinstance(state, Pending | Running)
+            (isinstance(state, Pending | Running) and not elsewhere)
             or cascade_pending(record, live)
             or runnable_for_abort(record, live)
             or ready_to_settle(record, live)

@@ -177,8 +177,14 @@ class Runtime:
             same = new.checkpoint == current.checkpoint
             wake = current.wake if same else None
             if isinstance(new, Running):
+                # A phase that commits progress and runs on renews its lease: a long tool
+                # run that checkpoints is not taken for abandoned.
+                lease = self._h.lease_seconds
                 staged: TaskState = Running(
-                    checkpoint=new.checkpoint, wake=wake, invocation=self._invocation
+                    checkpoint=new.checkpoint,
+                    wake=wake,
+                    invocation=self._invocation,
+                    lease_until=None if lease is None else self._h.clock.now() + lease,
                 )
             else:
                 staged = Pending(checkpoint=new.checkpoint, wake=wake)

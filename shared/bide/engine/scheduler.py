@@ -11,9 +11,17 @@ from __future__ import annotations
 import asyncio
 
 from .errors import InvocationEnded
-from .kernel import Draft, Kernel
+from .kernel import IN_INVOCATION, Draft, Kernel
 from .records import TaskRecord
-from .rules import bump, cascade_pending, live_children, ready_to_settle, runnable_for_abort, wakeup
+from .rules import (
+    abandoned,
+    bump,
+    cascade_pending,
+    live_children,
+    ready_to_settle,
+    runnable_for_abort,
+    wakeup,
+)
 from .runtime import Runtime
 from .state import (
     Aborted,
@@ -31,6 +39,73 @@ from .store.base import MAX_COMMIT_ITEMS
 from .tasks import TaskDefinition, TaskView
 
 _RESERVE_BUDGET = MAX_COMMIT_ITEMS - 9  # leave room; marks and reservations share a commit
+MARK_BUDGET = 60  # descendants marked in the commit that ends or aborts their owner
+
+
+def lease_until(h: Kernel, now: float) -> float | None:
+    """When a lease taken (or renewed) now expires; None when the harness takes no leases."""
+    return None if h.lease_seconds is None else now + h.lease_seconds
+
+
+def recovery_cost(record: TaskRecord, live: dict[str, TaskRecord]) -> int:
+    """At most how many records recovering ``record`` writes: itself, and when the restart
+    limit ends it, the abort marks of its direct children."""
+    return 1 + min(MARK_BUDGET, len(live_children(record.id, live)))
+
+
+def recover(h: Kernel, d: Draft, record: TaskRecord) -> None:
+    """A running task nobody holds any more (its worker died, or its lease expired) goes back
+    to ``pending`` with its wake, counting a restart; past the restart limit it is faulted."""
+    state = record.state
+    assert isinstance(state, Running)
+    restarts = record.restarts + 1
+    if restarts > h.restart_limit:
+        h._finish(d, record, Faulted(error="restart limit reached"))
+    else:
+        pending = Pending(checkpoint=state.checkpoint, wake=state.wake)
+        d.put(bump(record, state=pending, restarts=restarts))
+
+
+def recover_abandoned(h: Kernel, d: Draft, *, at_open: bool) -> bool:
+    """Recover every abandoned running task (see :func:`~bide.engine.rules.abandoned`) that
+    fits this commit; True when some were left for another commit. Each commit is complete
+    in itself, so a crash between two leaves the rest for the next run to recover."""
+    now = h.clock.now()
+    live = d.live()
+    for record in live.values():
+        if record.id in h._inflight or record.id in d.writes:
+            continue
+        if not abandoned(record, now, h._mine, at_open=at_open):
+            continue
+        if len(d.writes) + recovery_cost(record, live) > MAX_COMMIT_ITEMS:
+            return True
+        recover(h, d, record)
+    return False
+
+
+def recover_mine(h: Kernel, d: Draft) -> bool:
+    """Recover the running tasks this (dead) harness held, as many as fit one commit, as the
+    next run would once their leases expired; True when some were left for another commit."""
+    live = d.live()
+    for record in live.values():
+        state = record.state
+        if isinstance(state, Running) and state.invocation in h._mine:
+            if len(d.writes) + recovery_cost(record, live) > MAX_COMMIT_ITEMS:
+                return True
+            recover(h, d, record)
+    return False
+
+
+def release_mine(h: Kernel, d: Draft) -> bool:
+    """Put running tasks this harness holds back to ``pending`` (no restart counted: a clean
+    stop), as many as fit one commit; True when some were left for another commit."""
+    for record in d.live().values():
+        state = record.state
+        if isinstance(state, Running) and state.invocation in h._mine:
+            if len(d.writes) >= MAX_COMMIT_ITEMS:
+                return True
+            d.put(bump(record, state=Pending(checkpoint=state.checkpoint, wake=state.wake)))
+    return False
 
 
 # --- scheduling --------------------------------------------------------------------------
@@ -42,6 +117,7 @@ def reserve(h: Kernel, d: Draft) -> list[tuple[str, str]]:
     live = d.live()
     started: list[tuple[str, str]] = []
     propagate_aborts(h, d, live)
+    lease = lease_until(h, now)
     for record in live.values():
         if len(d.writes) >= _RESERVE_BUDGET:
             # A store writes at most MAX_COMMIT_ITEMS items at once; the rest are
@@ -51,10 +127,21 @@ def reserve(h: Kernel, d: Draft) -> list[tuple[str, str]]:
         if record.id in h._inflight or record.id in d.writes:
             continue
         state = record.state
+        if abandoned(record, now, h._mine, at_open=False):
+            # Its lease expired while this harness was open: its holder is presumed dead.
+            if len(d.writes) + recovery_cost(record, live) <= MAX_COMMIT_ITEMS:
+                recover(h, d, record)
+            h._truncated = True  # reserved (or recovered) by the next pass
+            continue
         if ready_to_settle(record, live):
             assert isinstance(state, Completing)
             d.put(bump(record, state=Terminal(outcome=state.outcome), memos={}, signals={}))
             # A task waiting on this one can only be woken by the next pass.
+            h._truncated = True
+            continue
+        if cascade_pending(record, live):
+            # Its owner is aborting but the mark has not reached it yet (a cascade larger
+            # than one commit): start nothing before it arrives, as one big commit would.
             h._truncated = True
             continue
         if record.abort_marked:
@@ -76,7 +163,9 @@ def reserve(h: Kernel, d: Draft) -> list[tuple[str, str]]:
         else:
             continue
         invocation = h.ids.new_id("i-")
-        running = Running(checkpoint=checkpoint, wake=wake, invocation=invocation)
+        running = Running(
+            checkpoint=checkpoint, wake=wake, invocation=invocation, lease_until=lease
+        )
         d.put(bump(record, state=running, signals=signals))
         started.append((record.id, invocation))
     return started
@@ -112,6 +201,8 @@ def held(h: Kernel, task_id: str, invocation: str) -> TaskRecord | None:
 
 
 async def invoke(h: Kernel, task_id: str, invocation: str) -> None:
+    # This asyncio task's own context: store errors from here on stop the run like a crash.
+    IN_INVOCATION.set(True)
     try:
         while (record := held(h, task_id, invocation)) is not None:
             definition = h._defs.get((record.kind, record.version))

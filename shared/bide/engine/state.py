@@ -121,12 +121,15 @@ class Pending(_Frozen):
 
 
 class Running(_Frozen):
-    """An invocation holds the task. ``invocation`` names the holder (set by the engine)."""
+    """An invocation holds the task. ``invocation`` names the holder (set by the engine);
+    ``lease_until`` (a clock time, or None without a lease) is when another harness may
+    take the task over as abandoned: until then it is presumed running elsewhere."""
 
     status: Literal["running"] = "running"
     checkpoint: Checkpoint
     wake: WakeReason | None = None
     invocation: str | None = None
+    lease_until: float | None = None
 
     _c = field_validator("checkpoint", mode="before")(_checkpoint)
 
