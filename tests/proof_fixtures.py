@@ -32,6 +32,7 @@ from bide.app import App
 from bide.aws.dynamodb import DynamoDBStore, create_table
 from bide.aws.scheduler import SchedulerAlarms, alarm_minute, at_expression, schedule_name
 from bide.aws.sqs import SqsWakeQueue, parse_wake
+from bide.constants import WORKER_TIMEOUT_SECONDS
 from bide.engine.errors import ConflictError
 from bide.engine.rules import Wake
 from bide.engine.store.base import Doc, Store
@@ -390,6 +391,9 @@ class Deployment:
                     asyncio.run(run_session(self.deps, session_id))
             except Crash as crash:
                 self.crashes.append(f"worker: {crash}")
+                # The batch comes back after the queue's visibility timeout (6 x the worker's
+                # timeout), when the dead worker's lease on its tasks has long expired.
+                self.advance(REDELIVERY_SECONDS)
                 for message in messages:
                     sqs.change_message_visibility(
                         QueueUrl=self.queue_url,
@@ -480,3 +484,5 @@ class Deployment:
 
 
 PARKED = ("sleeping", "waiting")
+# When SQS hands a dead invocation's batch out again: the wake queue's visibility timeout.
+REDELIVERY_SECONDS = 6 * WORKER_TIMEOUT_SECONDS

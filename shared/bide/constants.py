@@ -36,6 +36,10 @@ MAX_JSON_DEPTH = 64
 WEBHOOK_TOKEN_BYTES = 24  # 192 bits of randomness per capability webhook token
 WEBHOOK_SIGNATURE_WINDOW_SECONDS = 300  # HMAC timestamps older or newer than this are refused
 WORKER_TIMEOUT_SECONDS = 300
+# How long a worker's hold on the tasks it runs lasts (the engine's lease): past the function's
+# timeout, so no live invocation loses its tasks to a duplicate delivery of its wake; a worker
+# that died without closing (not one cut at the deadline: that one closes) holds them this long.
+WORKER_LEASE_SECONDS = WORKER_TIMEOUT_SECONDS + 30
 DEFAULT_SAFETY_MARGIN_MS = 20_000
 DEFAULT_MAX_RECEIVE_COUNT = 5  # the wake queue's redrive policy, unless the stack says otherwise
 

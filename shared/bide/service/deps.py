@@ -9,6 +9,7 @@ from typing import Any
 
 from ..app import App
 from ..aws.ports import Alarms, DeadLetters, WakeQueue
+from ..constants import WORKER_LEASE_SECONDS
 from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
 from ..engine.store.base import Store
@@ -36,6 +37,9 @@ class Deps:
     """The wake queue's maxReceiveCount: the attempt that is a wake's last."""
     #: Principals allowed into every session besides its owner (see bide.service.owners).
     admin_principals: frozenset[str] = frozenset()
+    lease_seconds: float | None = WORKER_LEASE_SECONDS
+    """How long a worker run holds the tasks it runs (the engine's lease): a duplicate
+    delivery of the wake leaves them alone meanwhile. None: no lease (takeover at once)."""
 
     def harness_services(self) -> dict[str, Any]:
         """What tasks may read through ``rt.services``."""

@@ -77,6 +77,7 @@ async def _run_pass(deps: Deps, session_id: str, stop_at: float | None) -> _Pass
         clock=deps.clock,
         ids=deps.ids,
         services=deps.harness_services(),
+        lease_seconds=deps.lease_seconds,
     )
     await harness.open()
     # Each run leaves the schedule matching its final wake, so an alarm can exist now only if
