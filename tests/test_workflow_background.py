@@ -248,3 +248,28 @@ def test_the_service_functions_cancel_end_and_view():
         assert ("s1", "cancel-task") in deps.queue.wakes  # armed before it wrote
 
     run(go())
+
+
+def test_ending_a_session_with_more_background_tasks_than_one_commit_holds():
+    """110 working background tasks: marking them all is more than one commit may hold (the
+    SQLite store refuses a commit over 99 items, as DynamoDB does), so the end is written in
+    several commits; every one of them is cancelled."""
+
+    async def worker(args, ctx, task):
+        await ctx.sleep(hours=5)
+        return "slept"
+
+    async def go():
+        tool = define_workflow_tool("worker", "", Note, worker, lifetime="task")
+        s = await Session(script, tool).start()
+        for n in range(110):
+            await s.say(f"call worker {n}", f"r{n}")
+            await s.h.run_until_parked()
+        working = [t.id for t in background_tasks(s.h) if t.status == "working"]
+        assert len(working) == 110
+        assert sorted(await end_session_in(s.h)) == sorted(working)
+        await s.h.run_until_parked()
+        assert {t.status for t in background_tasks(s.h)} == {"cancelled"}
+        assert await end_session_in(s.h) == []  # ending again changes nothing
+
+    run(go())

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..engine.store.base import Store
+from ..engine.store.base import MAX_COMMIT_ITEMS, Store
 from ..tools.define import claim_tools, define_tool
 from ..tools.results import ToolResult
 
@@ -84,15 +84,37 @@ async def cancel_background_in(harness: Harness, task_id: str, reason: str = "ca
 
 async def end_session_in(harness: Harness) -> list[str]:
     """The session ends: every working background task is cancelled (without waking the
-    parent) and no new one starts. The ids cancelled."""
+    parent) and no new one starts. The ids cancelled.
 
-    def change(d: Draft) -> list[str]:
-        if d.get_doc(ENDED_KEY) is None:
-            d.put_doc(ENDED_KEY, {"at": harness.clock.now()})
-        found = [doc.body["id"] for doc in harness.list_docs(INDEX_PREFIX)]
-        return [t for t in found if _cancel(d, harness, t, SESSION_ENDED) == "cancelled"]
+    A session may have more background tasks than one commit holds: they are marked in
+    commits of at most :data:`_END_BUDGET` writes, each safe to crash after (a task already
+    marked is not marked again, and the ended mark comes first)."""
+    cancelled: list[str] = []
+    while True:
 
-    return harness._apply(change)
+        def change(d: Draft) -> tuple[list[str], bool]:
+            if d.get_doc(ENDED_KEY) is None:
+                d.put_doc(ENDED_KEY, {"at": harness.clock.now()})
+            done: list[str] = []
+            for doc in harness.list_docs(INDEX_PREFIX):
+                if len(d.writes) + len(d.docs) >= _END_BUDGET:
+                    return done, True  # the rest in the next commit
+                record = d.get(doc.body["id"])
+                if record is not None and record.abort_marked:
+                    continue  # marked by an earlier commit of this end (or a cancel)
+                if _cancel(d, harness, doc.body["id"], SESSION_ENDED) == "cancelled":
+                    done.append(doc.body["id"])
+            return done, False
+
+        done, more = harness._apply(change)
+        cancelled += done
+        if not more:
+            return cancelled
+
+
+# Writes per commit when ending a session: a store takes at most MAX_COMMIT_ITEMS; marking
+# one task writes a few records, so leave room for the last one.
+_END_BUDGET = MAX_COMMIT_ITEMS - 10
 
 
 class TaskCancelArgs(BaseModel):
