@@ -4,8 +4,10 @@ The harness is the only code that talks to the store. Every change is one atomic
 conditioned on the session's sequence number; state is adopted in memory only after the store
 accepted it. On a conflict the harness reloads and evaluates the change again against the
 fresh view (optimistic concurrency), so a concurrent signal never interrupts running work,
-while a concurrent abort or takeover ends the stale invocation. Long because: the harness is
-the session's one public face (open, run, signal, close, queries) over the scheduler.
+while a concurrent abort or takeover ends the stale invocation.
+
+Long because: the harness is the session's one public face (open, run, signal, close,
+queries) over the scheduler; splitting it would split that face.
 """
 
 from __future__ import annotations
