@@ -57,6 +57,7 @@ class ScriptProbe:
     clock: Clock | None = None
     paid: Counter[str] = field(default_factory=Counter)  # "session/step" -> runs of pay
     cut: int = 0  # slow phases cancelled mid-call (the invocation's deadline)
+    cut_at: dict[str, float] = field(default_factory=dict)  # session -> when, until rerun
     slow_done: int = 0
     latencies: list[tuple[str, str, float]] = field(default_factory=list)  # session, why, s
     delivered_at: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -131,10 +132,14 @@ def script_app(probe: ScriptProbe) -> App:
     async def slow(task: Any, rt: Any) -> None:
         cp = task.checkpoint
         step = task.input["steps"][cp["i"]]
+        cut_at = probe.cut_at.pop(rt.session_id, None)
+        if cut_at is not None:  # rerun after a cut: the re-queued session ran again in time
+            probe.latencies.append((rt.session_id, "rerun after a cut", rt.now() - cut_at))
         try:
             await asyncio.sleep(step["secs"])  # a long call, in the run's (simulated) time
         except asyncio.CancelledError:
             probe.cut += 1
+            probe.cut_at[rt.session_id] = rt.now()
             raise
         probe.slow_done += 1
         await rt.commit(_park(rt, task, cp["i"] + 1, [*cp["log"], ["slow", step["secs"]]], kinds))
@@ -236,7 +241,7 @@ def make_script(rng: random.Random, session_id: str, *, slow: bool) -> Script:
         elif op == "effect":
             steps.append({"op": "effect"})
         else:
-            steps.append({"op": "slow", "secs": float(rng.randint(100, 250))})
+            steps.append({"op": "slow", "secs": float(rng.randint(150, 270))})
         step = steps[-1]
         if step["op"] == "wait":
             key = step["key"]
