@@ -62,7 +62,7 @@ from bide.aws.dynamodb import DynamoDBStore, create_table
 from bide.aws.sqs import SqsDeadLetters, parse_dead_letter
 from bide.engine.store.base import Store
 from bide.service.signals import deliver
-from bide.testing.aws import AwsTwin
+from bide.testing.aws import AwsTwin, TwinConfig
 from bide.testing.aws.stack import SCHEDULE_GROUP
 
 LONG = os.environ.get("BIDE_LONG_PROOF") == "1"
@@ -116,6 +116,8 @@ class Fleet:
     started: dict[str, float] = field(default_factory=dict)
     hours: float = 0.0
     invocations: int = 0
+    failed_wakes: Counter[str] = field(default_factory=Counter)  # session -> wakes failed
+    batches: list[list[str]] = field(default_factory=list)  # the sessions of each batch
     outcomes: Counter[str] = field(default_factory=Counter)
     logs: dict[str, Any] = field(default_factory=dict)
     live: dict[str, list[str]] = field(default_factory=dict)
@@ -127,20 +129,29 @@ class Fleet:
     wall: float = 0.0
 
 
-def run_fleet(seed: int, sessions: int, *, poison: str | None = None) -> Fleet:
-    """Run ``sessions`` scripts (plus the ``poison`` session, if named) on one twin."""
+def run_fleet(
+    seed: int,
+    sessions: int,
+    *,
+    poison: str | None = None,
+    store_faults: bool = True,
+    config: TwinConfig = STACK_CONFIG,
+) -> Fleet:
+    """Run ``sessions`` scripts (plus the ``poison`` session, if named) on one twin of
+    ``config``; with ``store_faults``, DynamoDB throttles and conflicts at the module's rates."""
     from moto import mock_aws
 
     wall = time.perf_counter()
     with fake_aws_environment(), mock_aws():
-        twin = AwsTwin(STACK_CONFIG, seed=seed, duplicate_rate=0.3)
+        twin = AwsTwin(config, seed=seed, duplicate_rate=0.3)
         rng = twin.rng
         scripts = [make_script(rng, f"s-{n:03d}", slow=n % 3 == 0) for n in range(sessions)]
         fleet = Fleet(scripts)
         raw_client = aws_client("dynamodb")
         table = unique("proof-twin")
         create_table(raw_client, table)
-        ddb = twin.dynamodb(raw_client, throttle_rate=THROTTLE_RATE, conflict_rate=CONFLICT_RATE)
+        rates = (THROTTLE_RATE, CONFLICT_RATE) if store_faults else (0.0, 0.0)
+        ddb = twin.dynamodb(raw_client, throttle_rate=rates[0], conflict_rate=rates[1])
         store: Any = DynamoDBStore(table, client=ddb, sleep=twin.clock.advance)
         # The store jitters its retry backoff with an RNG of its own; seeded, so a run is
         # reproducible (the backoff moves simulated time).
@@ -158,6 +169,18 @@ def run_fleet(seed: int, sessions: int, *, poison: str | None = None) -> Fleet:
             max_receive_count=max_receives,
         )
         worker = twin.worker(deps)
+        handler = worker.handler
+
+        async def observed(event: dict[str, Any], context: Any) -> Any:
+            """The real handler; records the session of every wake it reported failed."""
+            answer = await handler(event, context)
+            groups = {r["messageId"]: r["attributes"]["MessageGroupId"] for r in event["Records"]}
+            fleet.batches.append(sorted(set(groups.values())))
+            for item in answer.get("batchItemFailures", []):
+                fleet.failed_wakes[groups[item["itemIdentifier"]]] += 1
+            return answer
+
+        worker.handler = observed
         clock = twin.clock
 
         async def external(action: Any) -> Any:
@@ -238,11 +261,16 @@ def run_fleet(seed: int, sessions: int, *, poison: str | None = None) -> Fleet:
                 fleet.faults[kind + "s"] += 1
 
         async def poke(sid: str, until: float) -> None:
-            """A client that keeps waking the poison session (every wake fails)."""
+            """A client that keeps waking the poison session (every wake fails) and, in the
+            same instant, another session: both wakes reach the worker in one batch, the
+            other one after the poison's."""
             while clock.now() < until:
                 await clock.sleep(rng.uniform(60, 10 * MINUTE))
-                await external(lambda: deps.queue.wake(sid, "submit"))
+                deps.queue.wake(sid, "submit")
                 fleet.faults["poison wakes"] += 1
+                other = rng.choice(scripts).session_id
+                if other in fleet.task_ids:
+                    deps.queue.wake(other, "submit")
 
         def ended(sid: str) -> bool:
             record = raw.get_task(sid, fleet.task_ids[sid]) if sid in fleet.task_ids else None
@@ -390,7 +418,11 @@ def test_many_sessions_over_many_hours_end_as_the_reference_with_nothing_lost() 
 
 def test_a_poison_session_ends_in_the_dead_letter_queue_and_delays_no_other() -> None:
     poison = "s-poison"
-    fleet = run_fleet(SEED + 1, 8, poison=poison)
+    # No store faults here: any failed wake of another session is the poison's doing.
+    fleet = run_fleet(SEED + 1, 8, poison=poison, store_faults=False)
+    shared = sum(1 for groups in fleet.batches if poison in groups and len(groups) > 1)
+    assert shared > 0, "the poison never shared a batch: nothing shown"
+    print(f"  batches holding the poison's wake and another session's: {shared}")
     verdict = judge(fleet)
     print(summary(fleet, verdict, "poison session"))
     assert not verdict.lost and not verdict.stuck, (verdict.lost, verdict.stuck)
@@ -398,6 +430,7 @@ def test_a_poison_session_ends_in_the_dead_letter_queue_and_delays_no_other() ->
     # the poison's in-process retries when it shared a batch), as without the poison.
     late = [(sid, why, t) for sid, why, t in fleet.probe.latencies if t > SCHEDULER_BOUND + 30]
     assert not late, late
+    assert set(fleet.failed_wakes) == {poison}, fleet.failed_wakes  # FIFO order is per group
     assert not verdict.doubled and not verdict.wrong, (verdict.doubled, verdict.wrong)
     # Every wake of the poison session, and only those, ended in the dead-letter queue on
     # its last attempt, with the reason (set aside by the worker, not by SQS's redrive).
