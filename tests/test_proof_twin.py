@@ -427,9 +427,9 @@ def test_a_poison_session_ends_in_the_dead_letter_queue_and_delays_no_other() ->
     fleet = run_fleet(SEED + 1, 8, poison=poison, store_faults=False)
     shared = sum(1 for groups in fleet.batches if poison in groups and len(groups) > 1)
     assert shared > 0, "the poison never shared a batch: nothing shown"
-    print(f"  batches holding the poison's wake and another session's: {shared}")
     verdict = judge(fleet)
     print(summary(fleet, verdict, "poison session"))
+    print(f"  batches holding the poison's wake and another session's: {shared}")
     assert not verdict.lost and not verdict.stuck, (verdict.lost, verdict.stuck)
     # Not delayed: every other session's wakes ran within the Scheduler's own bound (plus
     # the poison's in-process retries when it shared a batch), as without the poison.
