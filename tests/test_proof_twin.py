@@ -1,0 +1,473 @@
+"""The proofs on the strict AWS twin: many sessions over many simulated hours, driven through
+the real services (the worker ``handle_worker`` behind the FIFO event source mapping, signal
+delivery ``bide.service.signals.deliver``, Scheduler alarms, DynamoDB on moto), with faults of
+every kind the twin injects or the outside world causes, all drawn from one seeded RNG:
+
+* alarms fire anywhere in their minute and sometimes twice (the Scheduler twin);
+* duplicate wake messages (the same wake twice with one deduplication id, the same wake
+  re-sent with a fresh id) and spurious early alarm wakes (before any deadline);
+* signal values in random order and at random times (early, while waiting), second values
+  for a key (refused ``duplicate``), re-sent values, values after a session ended;
+* DynamoDB throttles and transaction conflicts (the DynamoDB twin's rates);
+* phases awaiting a long simulated call that the invocation's deadline cuts (the worker
+  stops cleanly before the function's timeout; the session is re-queued).
+
+Each session runs a script (``twin_proof_kit``): timed sleeps from seconds to hours, waits on
+signal keys with deadlines, a child task, a replay-unsafe tool call counted by a probe, slow
+phases. At the end every session must have reached the state of a fault-free SQLite reference
+run of its script (the same log of what it read; ``pay`` ran exactly once per call), and:
+
+* **0 lost**: every timed or signalled wake ran within :data:`WAKE_BOUND` of being due, and
+  every session ended;
+* **0 stuck**: no task left live, no wake message left queued, no schedule left armed,
+  nothing in the dead-letter queue;
+* **0 doubled**: a replay-unsafe effect ran exactly once (an ``interrupted`` call would be
+  counted apart and reported; with the clean stop at the deadline none happen).
+
+CI size: 40 sessions; ``BIDE_LONG_PROOF=1`` runs 100 (moto slows as its table grows).
+``pytest -s`` prints the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import io
+import json
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aws_fixtures import aws_client, fake_aws_environment, unique
+from handler_fixtures import REPLY
+from twin_fixtures import STACK_CONFIG
+from twin_proof_kit import (
+    HOUR,
+    MINUTE,
+    SCRIPT,
+    Script,
+    ScriptProbe,
+    expected_log,
+    make_script,
+    reference_run,
+    script_app,
+)
+
+from bide import Harness, SignalResult, Terminal
+from bide.aws.dynamodb import DynamoDBStore, create_table
+from bide.aws.sqs import SqsDeadLetters, parse_dead_letter
+from bide.engine.store.base import Store
+from bide.service.signals import deliver
+from bide.testing.aws import AwsTwin, TwinConfig
+from bide.testing.aws.stack import SCHEDULE_GROUP
+
+LONG = os.environ.get("BIDE_LONG_PROOF") == "1"
+SESSIONS = 100 if LONG else 40
+SEED = 20260101
+# How late a due session may run: the alarm names the first whole minute at or after the
+# deadline (< 60 s) and fires anywhere in it (< 60 s); then a batch may hold it behind other
+# sessions' work for one invocation (300 s) and a failed run is retried with backoff.
+SCHEDULER_BOUND = 120.0
+WAKE_BOUND = SCHEDULER_BOUND + 300.0 + 60.0
+THROTTLE_RATE = 0.03
+CONFLICT_RATE = 0.03
+
+
+@pytest.fixture(autouse=True)
+def quiet() -> Iterator[None]:
+    # The worker logs every wake as JSON; simulated hours of it need not print.
+    logging.disable(logging.CRITICAL)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+class PoisonStore:
+    """The store, except that every load of one session fails (a poison session: its worker
+    always fails)."""
+
+    def __init__(self, inner: Store, poisoned: str) -> None:
+        self.inner = inner
+        self.poisoned = poisoned
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def load(self, session_id: str) -> Any:
+        """Fail for the poisoned session."""
+        if session_id == self.poisoned:
+            self.refused += 1
+            raise RuntimeError(f"poisoned session {session_id}")
+        return self.inner.load(session_id)
+
+
+@dataclass
+class Fleet:
+    """One run: its scripts, what happened and the faults injected by kind."""
+
+    scripts: list[Script]
+    task_ids: dict[str, str] = field(default_factory=dict)
+    faults: Counter[str] = field(default_factory=Counter)
+    results: Counter[str] = field(default_factory=Counter)  # signal results by send kind
+    started: dict[str, float] = field(default_factory=dict)
+    hours: float = 0.0
+    invocations: int = 0
+    failed_wakes: Counter[str] = field(default_factory=Counter)  # session -> wakes failed
+    batches: list[list[str]] = field(default_factory=list)  # the sessions of each batch
+    outcomes: Counter[str] = field(default_factory=Counter)
+    logs: dict[str, Any] = field(default_factory=dict)
+    live: dict[str, list[str]] = field(default_factory=dict)
+    leftover_wakes: list[str] = field(default_factory=list)
+    dead_letters: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
+    schedules_left: list[str] = field(default_factory=list)
+    scheduler_dead: int = 0
+    probe: ScriptProbe = field(default_factory=ScriptProbe)
+    wall: float = 0.0
+
+
+def run_fleet(
+    seed: int,
+    sessions: int,
+    *,
+    poison: str | None = None,
+    store_faults: bool = True,
+    config: TwinConfig = STACK_CONFIG,
+    slow_every: int = 3,
+) -> Fleet:
+    """Run ``sessions`` scripts (plus the ``poison`` session, if named) on one twin of
+    ``config``; with ``store_faults``, DynamoDB throttles and conflicts at the module's rates."""
+    from moto import mock_aws
+
+    wall = time.perf_counter()
+    with fake_aws_environment(), mock_aws():
+        twin = AwsTwin(config, seed=seed, duplicate_rate=0.3)
+        rng = twin.rng
+        scripts = [
+            make_script(rng, f"s-{n:03d}", slow=n % slow_every == 0) for n in range(sessions)
+        ]
+        fleet = Fleet(scripts)
+        raw_client = aws_client("dynamodb")
+        table = unique("proof-twin")
+        create_table(raw_client, table)
+        rates = (THROTTLE_RATE, CONFLICT_RATE) if store_faults else (0.0, 0.0)
+        ddb = twin.dynamodb(raw_client, throttle_rate=rates[0], conflict_rate=rates[1])
+        store: Any = DynamoDBStore(table, client=ddb, sleep=twin.clock.advance)
+        # The store jitters its retry backoff with an RNG of its own; seeded, so a run is
+        # reproducible (the backoff moves simulated time).
+        store._retry._rng.seed(seed)
+        raw = DynamoDBStore(table, client=raw_client)  # fault-free, for the checks
+        if poison is not None:
+            store = PoisonStore(store, poison)
+        fleet.probe.clock = twin.clock
+        app = script_app(fleet.probe)
+        max_receives = STACK_CONFIG.queue.max_receive_count
+        deps = twin.deps(
+            store,
+            app,
+            dead_letters=SqsDeadLetters(twin.sqs, twin.dead_letter_url),
+            max_receive_count=max_receives,
+        )
+        worker = twin.worker(deps)
+        handler = worker.handler
+
+        async def observed(event: dict[str, Any], context: Any) -> Any:
+            """The real handler; records the session of every wake it reported failed."""
+            answer = await handler(event, context)
+            groups = {r["messageId"]: r["attributes"]["MessageGroupId"] for r in event["Records"]}
+            fleet.batches.append(sorted(set(groups.values())))
+            for item in answer.get("batchItemFailures", []):
+                fleet.failed_wakes[groups[item["itemIdentifier"]]] += 1
+            return answer
+
+        worker.handler = observed
+        clock = twin.clock
+
+        async def external(action: Any) -> Any:
+            """A caller that retries after an error answer (a throttle or conflict the
+            store's own retries did not absorb), as an API client would."""
+            for _ in range(20):
+                try:
+                    return action()
+                except Exception:
+                    fleet.faults["caller retries"] += 1
+                    await clock.sleep(1.0)
+            raise AssertionError("an outside call failed 20 times")
+
+        async def start(script: Script, at: float) -> None:
+            await clock.sleep(at)
+            kind = next(k for k in app.tasks if k.name == SCRIPT)
+
+            async def create() -> str:
+                harness = Harness(
+                    raw, script.session_id, app.task_kinds(), clock=clock, ids=deps.ids
+                )
+                await harness.attach()
+                task_id = await harness.create_task(kind, {"steps": script.steps}, key="script")
+                await harness.close()
+                return task_id
+
+            fleet.started[script.session_id] = clock.now()
+            fleet.task_ids[script.session_id] = await create()
+            await external(lambda: deps.queue.wake(script.session_id, "submit"))
+            await send_all(script)
+
+        async def send_all(script: Script) -> None:
+            sid, task_id = script.session_id, fleet.task_ids[script.session_id]
+            begun = fleet.started[sid]
+            for send in sorted(script.sends, key=lambda s: s.offset):
+                if send.kind == "late":
+                    continue  # after the session ended (below)
+                await clock.sleep(max(0.0, begun + send.offset - clock.now()))
+                decision = await external(
+                    lambda s=send: deliver(deps, sid, task_id, REPLY.name, s.key, {"text": s.text})
+                )
+                fleet.results[f"{send.kind}:{decision.result.value}"] += 1
+                if send.kind == "first":
+                    assert decision.result is SignalResult.DELIVERED, (sid, send, decision)
+                    fleet.probe.delivered_at[(sid, send.key)] = clock.now()
+                    fleet.faults["signals (random order and time)"] += 1
+                else:
+                    assert decision.result in (SignalResult.DUPLICATE, SignalResult.CLOSED)
+                    fleet.faults[f"signal {send.kind}s"] += 1
+
+        async def wake_faults(until: float) -> None:
+            """Duplicate wakes, re-sent wakes and spurious early alarms, at random."""
+            while clock.now() < until:
+                await clock.sleep(rng.uniform(30, 10 * MINUTE))
+                sid = rng.choice(scripts).session_id
+                if sid not in fleet.task_ids:
+                    continue
+                kind = rng.choice(["duplicate wake", "re-sent wake", "early alarm"])
+                body = json.dumps({"session_id": sid, "reason": "still-active"})
+                if kind == "early alarm":
+                    fake = {"session_id": sid, "reason": "alarm", "at": clock.now() + HOUR}
+                    body = json.dumps({**fake, "arming": f"spurious-{rng.getrandbits(32)}"})
+                dedup = f"d-{rng.getrandbits(64):016x}"
+                twin.sqs.send_message(
+                    QueueUrl=twin.queue_url,
+                    MessageBody=body,
+                    MessageGroupId=sid,
+                    MessageDeduplicationId=dedup,
+                )
+                again = dedup if kind == "duplicate wake" else f"d-{rng.getrandbits(64):016x}"
+                if kind != "early alarm":
+                    twin.sqs.send_message(
+                        QueueUrl=twin.queue_url,
+                        MessageBody=body,
+                        MessageGroupId=sid,
+                        MessageDeduplicationId=again,
+                    )
+                fleet.faults[kind + "s"] += 1
+
+        async def poke(sid: str, until: float) -> None:
+            """A client that keeps waking the poison session (every wake fails) and, in the
+            same instant, another session: both wakes reach the worker in one batch, the
+            other one after the poison's."""
+            while clock.now() < until:
+                await clock.sleep(rng.uniform(60, 10 * MINUTE))
+                deps.queue.wake(sid, "submit")
+                fleet.faults["poison wakes"] += 1
+                other = rng.choice(scripts).session_id
+                if other in fleet.task_ids:
+                    deps.queue.wake(other, "submit")
+
+        def ended(sid: str) -> bool:
+            record = raw.get_task(sid, fleet.task_ids[sid]) if sid in fleet.task_ids else None
+            return record is not None and isinstance(record.state, Terminal)
+
+        async def scenario() -> None:
+            worker.start()
+            begin = clock.now()
+            loop = asyncio.get_running_loop()
+            # The outside world: one starter-and-sender per session, one wake fault injector.
+            world = [loop.create_task(start(s, rng.uniform(0, 30 * MINUTE))) for s in scripts]
+            if poison is not None:
+                world.append(loop.create_task(start(Script(poison, [{"op": "effect"}], [], {}), 0)))
+                world.append(loop.create_task(poke(poison, begin + 3 * HOUR)))
+            injector = loop.create_task(wake_faults(begin + 12 * HOUR))
+            cap = begin + 40 * HOUR
+            await clock.sleep(31 * MINUTE)
+            while clock.now() < cap and not all(ended(s.session_id) for s in scripts):
+                await clock.sleep(10 * MINUTE)
+            injector.cancel()
+            for done in world:  # a sender's failed check must fail the test, not vanish
+                assert done.done(), "a sender never finished"
+                done.result()
+            for script in scripts:  # late values: the session ended, refused and never read
+                for send in (s for s in script.sends if s.kind == "late"):
+                    decision = await external(
+                        lambda s=send, sid=script.session_id: deliver(
+                            deps, sid, fleet.task_ids[sid], REPLY.name, s.key, {"text": s.text}
+                        )
+                    )
+                    fleet.results[f"late:{decision.result.value}"] += 1
+                    fleet.faults["signals after the end"] += 1
+            await clock.sleep(30 * MINUTE)  # the wakes of those, stale alarms: let them run
+            fleet.hours = (clock.now() - begin) / HOUR
+
+        # The worker writes its EMF metrics to stdout (one blob per wake); hours of them
+        # would bury the summary under ``pytest -s``.
+        with contextlib.redirect_stdout(io.StringIO()):
+            clock.run(scenario())
+        fleet.invocations = len(worker.invocations)
+        fleet.outcomes = Counter(r.outcome for r in worker.invocations)
+        for script in scripts:
+            sid = script.session_id
+            record = raw.get_task(sid, fleet.task_ids[sid])
+            assert record is not None
+            fleet.logs[sid] = (
+                record.state.outcome.result if isinstance(record.state, Terminal) else record.state
+            )
+            fleet.live[sid] = sorted(raw.load(sid).tasks)
+        fleet.leftover_wakes = twin.sqs.bodies(twin.queue_url)
+        fleet.dead_letters = [parse_dead_letter(b) for b in twin.sqs.bodies(twin.dead_letter_url)]
+        fleet.schedules_left = twin.scheduler.schedule_names(SCHEDULE_GROUP)
+        fleet.scheduler_dead = len(twin.scheduler.dead_letters)
+        fires = twin.scheduler.invocations
+        fleet.faults["alarm fires (anywhere in the minute)"] = sum(not f.duplicate for f in fires)
+        fleet.faults["alarm fired twice"] = sum(f.duplicate for f in fires)
+        for code, n in ddb.injected.items():
+            fleet.faults[code] += n
+        fleet.faults["phases cut mid-call"] = fleet.probe.cut
+    fleet.wall = time.perf_counter() - wall
+    return fleet
+
+
+@dataclass
+class Verdict:
+    lost: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
+    doubled: list[str] = field(default_factory=list)
+    interrupted: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+
+
+def judge(fleet: Fleet, *, bound: float = WAKE_BOUND) -> Verdict:
+    """Compare every session with its reference run and collect the invariant breaches
+    (``bound``: how late a due wake may run)."""
+    verdict = Verdict()
+    for script in fleet.scripts:
+        sid = script.session_id
+        want, paid = reference_run(script)
+        assert want == expected_log(script), f"the reference itself is off for {sid}"
+        got = fleet.logs[sid]
+        if not isinstance(got, dict):
+            verdict.lost.append(f"{sid}: never ended ({got})")
+            continue
+        if fleet.live[sid]:
+            verdict.stuck.append(f"{sid}: live tasks {fleet.live[sid]}")
+        interrupted = [e for e in got["log"] if e[0] == "effect" and "interrupted" in str(e)]
+        verdict.interrupted += [f"{sid}: {e}" for e in interrupted]
+        if got["log"] != want and not interrupted:
+            verdict.wrong.append(f"{sid}: {got['log']} != reference {want}")
+        ran = fleet.probe.paid[sid]
+        if ran != paid[sid] and not interrupted:
+            verdict.doubled.append(f"{sid}: pay ran {ran}x, reference {paid[sid]}x")
+    for sid, why, late in fleet.probe.latencies:
+        if late > bound:
+            verdict.lost.append(f"{sid}: a {why} wake ran {late:.0f} s after it was due")
+        if late < -1e-6:
+            verdict.wrong.append(f"{sid}: a {why} wake ran {-late:.3f} s before its deadline")
+    if fleet.leftover_wakes:
+        verdict.stuck.append(f"wakes left queued: {fleet.leftover_wakes}")
+    if fleet.schedules_left:
+        verdict.stuck.append(f"schedules left armed: {fleet.schedules_left}")
+    if fleet.scheduler_dead:
+        verdict.lost.append(f"{fleet.scheduler_dead} alarms dead-lettered by the Scheduler")
+    return verdict
+
+
+def summary(fleet: Fleet, verdict: Verdict, title: str, bound: float = WAKE_BOUND) -> str:
+    by_kind = ", ".join(f"{k} {n}" for k, n in sorted(fleet.faults.items()) if n)
+    latencies = [late for _, _, late in fleet.probe.latencies]
+    outcomes = ", ".join(f"{k} {n}" for k, n in sorted(fleet.outcomes.items()))
+    return (
+        f"\n{title}: {len(fleet.scripts)} sessions over {fleet.hours:.1f} simulated hours, "
+        f"{fleet.invocations} worker invocations ({outcomes}), {fleet.wall:.1f} s wall"
+        f"\n  faults injected: {by_kind}"
+        f"\n  signal results: {dict(sorted(fleet.results.items()))}"
+        f"\n  wakes checked {len(latencies)}, latest {max(latencies, default=0):.0f} s after due"
+        f" (bound {bound:.0f} s); interrupted {len(verdict.interrupted)}"
+        f"\n  lost {len(verdict.lost)}, stuck {len(verdict.stuck)}, "
+        f"doubled {len(verdict.doubled)}, wrong {len(verdict.wrong)}"
+    )
+
+
+def test_many_sessions_over_many_hours_end_as_the_reference_with_nothing_lost() -> None:
+    fleet = run_fleet(SEED, SESSIONS)
+    verdict = judge(fleet)
+    print(summary(fleet, verdict, "twin proof"))
+    assert not verdict.lost, verdict.lost
+    assert not verdict.stuck, verdict.stuck
+    assert not verdict.doubled, verdict.doubled
+    assert not verdict.wrong, verdict.wrong
+    assert not fleet.dead_letters, fleet.dead_letters
+    # The faults really happened (a run that injected nothing proves nothing).
+    for kind in (
+        "alarm fired twice",
+        "duplicate wakes",
+        "re-sent wakes",
+        "early alarms",
+        "signal duplicates",
+        "TransactionCanceledException",
+        "phases cut mid-call",
+    ):
+        assert fleet.faults[kind] > 0, f"no {kind} in this run"
+    assert fleet.results["late:closed"] > 0
+
+
+def test_a_poison_session_ends_in_the_dead_letter_queue_and_delays_no_other() -> None:
+    poison = "s-poison"
+    # No store faults here: any failed wake of another session is the poison's doing.
+    fleet = run_fleet(SEED + 1, 8, poison=poison, store_faults=False)
+    shared = sum(1 for groups in fleet.batches if poison in groups and len(groups) > 1)
+    assert shared > 0, "the poison never shared a batch: nothing shown"
+    verdict = judge(fleet)
+    print(summary(fleet, verdict, "poison session"))
+    print(f"  batches holding the poison's wake and another session's: {shared}")
+    assert not verdict.lost and not verdict.stuck, (verdict.lost, verdict.stuck)
+    # Not delayed: every other session's wakes ran within the Scheduler's own bound (plus
+    # the poison's in-process retries when it shared a batch), as without the poison.
+    late = [(sid, why, t) for sid, why, t in fleet.probe.latencies if t > SCHEDULER_BOUND + 30]
+    assert not late, late
+    assert set(fleet.failed_wakes) == {poison}, fleet.failed_wakes  # FIFO order is per group
+    assert not verdict.doubled and not verdict.wrong, (verdict.doubled, verdict.wrong)
+    # Every wake of the poison session, and only those, ended in the dead-letter queue on
+    # its last attempt, with the reason (set aside by the worker, not by SQS's redrive).
+    assert len(fleet.dead_letters) == fleet.faults["poison wakes"] + 1  # + the submit
+    for wake, reason in fleet.dead_letters:
+        assert json.loads(wake)["session_id"] == poison
+        assert reason is not None and reason["error_type"] == "RuntimeError"
+        assert "poisoned session" in reason["error"]
+        assert reason["receives"] == STACK_CONFIG.queue.max_receive_count
+
+
+def test_a_run_is_reproducible_from_its_seed() -> None:
+    first, second = (run_fleet(SEED + 2, 6) for _ in range(2))
+    assert first.invocations == second.invocations
+    assert first.faults == second.faults and first.results == second.results
+    assert first.logs == second.logs and first.probe.latencies == second.probe.latencies
+
+
+def test_invocations_killed_at_their_timeout_mid_phase_lose_and_double_nothing() -> None:
+    """The worker's clean stop comes too late here (a margin past the timeout: as if a call
+    blocked through it), so Lambda kills invocations mid-phase: the wake is not deleted and
+    comes back after the queue's visibility timeout, and the next worker recovers the task
+    the dead one left running. Later, but nothing lost, stuck or doubled."""
+    variables = {**STACK_CONFIG.function.environment, "BIDE_SAFETY_MARGIN_MS": "-5000"}
+    function = dataclasses.replace(STACK_CONFIG.function, environment=variables)
+    config = dataclasses.replace(STACK_CONFIG, function=function)
+    fleet = run_fleet(SEED + 3, 12, config=config, slow_every=1)
+    bound = WAKE_BOUND + STACK_CONFIG.queue.visibility_timeout
+    verdict = judge(fleet, bound=bound)
+    print(summary(fleet, verdict, "killed at the timeout", bound))
+    assert fleet.outcomes["timeout"] > 0, "no invocation was killed: nothing shown"
+    assert not verdict.lost and not verdict.stuck, (verdict.lost, verdict.stuck)
+    assert not verdict.doubled and not verdict.wrong, (verdict.doubled, verdict.wrong)
+    assert not fleet.dead_letters, fleet.dead_letters
