@@ -86,6 +86,7 @@ def _check(name: str, dimensions: dict[str, str]) -> None:
             f"not {sorted(dimensions)}"
         )
 
+
 # One EMF provider per distinct dimension set: a dimension applies to a whole EMF blob, so
 # counts with different dimensions must be separate blobs. Built on first use, dropped at flush.
 _blobs: dict[tuple[tuple[str, str], ...], AmazonCloudWatchEMFProvider] = {}
