@@ -114,6 +114,7 @@ def test_offloaded_values_expire_only_when_asked(lim_default, lim_custom):
         ({"worker_max_concurrency": 1001}, "worker_max_concurrency must be 2 to 1000"),
         ({"reserved_concurrency": {"workers": 3}}, "reserved_concurrency: 'workers' is not one of"),
         ({"reserved_concurrency": {"api": -1}}, r"reserved_concurrency\['api'\] must be >= 0"),
+        ({"alarm_email": "ops at example"}, "alarm_email .* is not an e-mail address"),
     ],
 )
 def test_bad_limits_are_refused_naming_the_prop(options, message):

@@ -15,6 +15,7 @@ table or queue.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -118,6 +119,11 @@ class BideService(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         _check_limits(worker_max_concurrency, reserved_concurrency)
+        email = alarm_email or self.node.try_get_context(ALARM_EMAIL_CONTEXT)
+        if email is not None and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", str(email)):
+            raise ValueError(
+                f"alarm_email ({ALARM_EMAIL_CONTEXT}) is not an e-mail address: {email!r}"
+            )
         module, _, attribute = app_module.partition(":")
         if not module or not attribute:
             raise ValueError(f"app_module must look like 'package.module:app', not {app_module!r}")
@@ -207,7 +213,6 @@ class BideService(Construct):
             removal=removal,
             throttle=throttle,
         )
-        email = alarm_email or self.node.try_get_context(ALARM_EMAIL_CONTEXT)
         if alarm_topic is None and email:
             alarm_topic = sns.Topic(
                 self, "AlarmTopic", display_name="bide alarms", enforce_ssl=True
