@@ -201,9 +201,11 @@ class Functions:
             reserved_concurrent_executions=reserved_concurrency,
             # The worker re-arms its own session through the queue that invokes it; a long
             # session legitimately loops worker -> queue -> worker many times, and Lambda's
-            # detection would stop it after about 16 rounds. The others keep the default,
-            # Terminate, stated so the template shows it; the worker's loops are bounded by
-            # its maximum concurrency instead, and an agent's by its run limits.
+            # detection would stop it after about 16 rounds
+            # (https://docs.aws.amazon.com/lambda/latest/dg/invocation-recursion.html). The
+            # others keep the default, Terminate, stated so the template shows it; the
+            # worker's loops are bounded by its maximum concurrency instead, and an agent's
+            # by its run limits.
             recursive_loop=(
                 lambda_.RecursiveLoop.ALLOW
                 if name == c.FUNCTION_WORKER
