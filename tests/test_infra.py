@@ -235,8 +235,13 @@ def test_buckets_are_encrypted_private_and_tls_only(stack, template):
         "LogFilePrefix": "values/",
     }
     assert data["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
-    # Referenced values must outlive any expiry rule: the data bucket has none.
-    assert "LifecycleConfiguration" not in data
+    # Referenced values must outlive any expiry rule: by default the data bucket has none
+    # (only the clean-up of interrupted uploads; value_expiration: tests/test_infra_limits.py).
+    assert data["LifecycleConfiguration"] == {
+        "Rules": [
+            {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "Status": "Enabled"}
+        ]
+    }
 
 
 # --- wake path -------------------------------------------------------------------------------
@@ -316,13 +321,14 @@ def test_schedule_group_and_scheduler_role(stack, template):
     ]
     assert "ManagedPolicyArns" not in role
     assert "Policies" not in role
-    # Its one permission: send to the wake queue.
+    # Its permissions: send to the wake queue, and to the schedules' dead-letter queue.
     assert _statements(template, role_id) == [
         {
             "Action": "sqs:SendMessage",
             "Effect": "Allow",
-            "Resource": _arn(_id(stack, service.queue)),
+            "Resource": _arn(_id(stack, queue)),
         }
+        for queue in (service.queue, service.schedule_dead_letter_queue)
     ]
 
 
@@ -352,7 +358,7 @@ def test_functions_runtime_architecture_handler_and_layer(stack, template):
     for fn in (stack.service.signal_function, stack.service.api_function):
         props = _resource(template, _id(stack, fn))["Properties"]
         assert props["Timeout"] < 30  # HTTP API integrations give up after 30 s
-        assert "RecursiveLoop" not in props
+        assert props["RecursiveLoop"] == "Terminate"  # Lambda's default, stated
 
 
 def test_function_environment(stack, template):
@@ -377,6 +383,7 @@ def test_function_environment(stack, template):
             # The worker dead-letters on the last attempt: the redrive policy's count.
             c.ENV_DEAD_LETTER_URL: {"Ref": _id(stack, service.dead_letter_queue)},
             c.ENV_MAX_RECEIVE_COUNT: "5",
+            c.ENV_SCHEDULE_DLQ_ARN: _arn(_id(stack, service.schedule_dead_letter_queue)),
         }
         assert env == {**expected, **(extra if name == c.FUNCTION_WORKER else {})}, name
     (queue,) = template.find_resources(
@@ -550,7 +557,8 @@ def test_stage_access_logs_without_tokens_and_throttling(stack, template):
 
 def test_alarms_on_dead_letters_and_function_errors(stack, template):
     service = stack.service
-    template.resource_count_is("AWS::CloudWatch::Alarm", 4)
+    # The others: tests/test_infra_monitoring.py.
+    template.resource_count_is("AWS::CloudWatch::Alarm", 17)
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",
         {
@@ -660,6 +668,7 @@ def test_every_acknowledgment_is_specific_and_has_a_reason(stack, dev_stack):
     expected = {
         "AwsSolutions-L1",
         "AwsSolutions-APIG4",
+        "AwsSolutions-SQS3",  # the schedules' dead-letter queue
         f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/*]",
         "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:"
         f"<AWS::AccountId>:schedule/<{group}>/*]",

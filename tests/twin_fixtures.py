@@ -52,6 +52,7 @@ STACK_TEMPLATE: dict[str, Any] = {
                 "EventSourceArn": {"Fn::GetAtt": ["WakeQueue", "Arn"]},
                 "FunctionName": {"Ref": "Worker"},
                 "FunctionResponseTypes": ["ReportBatchItemFailures"],
+                "ScalingConfig": {"MaximumConcurrency": 10},
             },
         },
     }

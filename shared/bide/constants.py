@@ -59,3 +59,15 @@ SERVICE_NAME = "bide"
 # Principals (comma-separated ARNs) allowed into every session besides its owner; an IAM role
 # ARN admits every session of that role (see bide.service.owners).
 ENV_ADMIN_PRINCIPALS = "BIDE_ADMIN_PRINCIPALS"
+
+# EventBridge Scheduler's retry policy on every session alarm: the longest it allows, 24 hours
+# and 185 attempts (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-scheduler-schedule-retrypolicy.html);
+# after that the fire goes to the schedules' dead-letter queue (a standard queue).
+SCHEDULE_MAX_EVENT_AGE_SECONDS = 86_400
+SCHEDULE_MAX_RETRY_ATTEMPTS = 185
+ENV_SCHEDULE_DLQ_ARN = "BIDE_SCHEDULE_DLQ_ARN"  # that dead-letter queue's ARN (worker only)
+
+# Limits of a BideService (bide.cdk), overridable by construct props (docs/deploy.md).
+# The wake queue's event source never runs more than this many workers at once (the SQS
+# event source's ScalingConfig.MaximumConcurrency takes 2 to 1000).
+DEFAULT_WORKER_MAX_CONCURRENCY = 10

@@ -26,6 +26,7 @@ from .conversation import (
 )
 from .generation import generation_task
 from .hooks import GenerationHooks
+from .limits import RunLimits
 from .providers.base import ModelProvider
 
 
@@ -34,6 +35,9 @@ class Agent:
 
     With ``admission``, the model sees the presentations of ``model_family`` instead of the
     registry's tools, and each call is routed by the request's catalog (design 002).
+
+    ``limits`` caps each run's model rounds, tool calls and tokens (:class:`RunLimits`; a run
+    that reaches one ends with ``stopped: the run reached its limit of ...``).
 
     ``agent.task`` is the generation task kind; :meth:`task_kinds` lists every kind a
     harness needs to run this agent's sessions.
@@ -52,8 +56,10 @@ class Agent:
         backoff_cap: float = 300.0,
         admission: Admission | None = None,
         model_family: str = "generic",
+        limits: RunLimits | None = None,
     ) -> None:
         self.provider = provider
+        self.limits = limits if limits is not None else RunLimits()
         self.tools = tools if tools is not None else ToolRegistry()
         # The tool task writes each call's result entry through this port, in the commit
         # that ends the call (the tools layer cannot reach conversations itself).

@@ -14,6 +14,9 @@ Checkpoints:
   else the first ``{"continue": input}`` (creation order) sends the agent back to work.
 * ``{"phase": "after_run", "answer": i}``: the answer stands and submissions are settled;
   waits for ``after_run`` tasks, then ends.
+
+A run that reaches one of the agent's :class:`~.limits.RunLimits` ends there (see
+:mod:`.limits`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..admission import NotAdvertised
 from ..engine.state import Completed, Failed, Running, Sleeping, Terminal, Waiting
 from ..engine.tasks import TaskDefinition, TaskView, define_task
+from .batch import schedule as schedule_batch
 from .conversation import (
     append_entry,
     entry_key,
@@ -32,6 +36,7 @@ from .conversation import (
     write_head,
 )
 from .hooks import Continue, StartTasks
+from .limits import LimitReached, before_request, before_tools, usage
 from .providers.base import (
     AssistantMessage,
     Message,
@@ -91,11 +96,14 @@ def entries(rt: Any, cid: str) -> list[dict[str, Any]]:
     return [body for _key, body in rt.list_docs(f"conv/{cid}/e/")]
 
 
-def build_request(agent: Agent, rt: Any, cid: str) -> ModelRequest:
-    """The model request for the conversation as it stands."""
+def build_request(
+    agent: Agent, rt: Any, cid: str, transcript: list[dict[str, Any]] | None = None
+) -> ModelRequest:
+    """The model request for the conversation as it stands (``transcript``: its entries,
+    when the caller has read them already)."""
     head = read_head(rt, cid)
     messages: list[Message] = []
-    for entry in entries(rt, cid):
+    for entry in entries(rt, cid) if transcript is None else transcript:
         if entry["type"] == "user":
             messages.append(UserMessage(text=entry["text"]))
         elif entry["type"] == "assistant":
@@ -156,7 +164,12 @@ def _place_steers(tx: Any, cid: str) -> int:
 async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
     cid = task.input["conversation"]
     attempt = int(task.checkpoint.get("attempt", 0))
-    request = build_request(agent, rt, cid)
+    transcript = entries(rt, cid)
+    reached = before_request(agent.limits, usage(transcript, task.id))
+    if reached is not None:
+        await rt.commit(lambda tx: _stopped_in(agent, tx, cid, reached.message, reached.entry()))
+        return
+    request = build_request(agent, rt, cid, transcript)
     try:
         response = await agent.provider.complete(request)
     except ModelError as exc:
@@ -168,14 +181,27 @@ async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
         await _end_with_error(agent, rt, cid, f"{exc.code}: {exc}")
         return
     if response.tool_calls:
-        await _start_round(agent, rt, cid, response)
+        await _start_round(agent, task, rt, cid, response, transcript)
         return
     await _answer(agent, task, rt, cid, response)
 
 
-async def _start_round(agent: Agent, rt: Runtime, cid: str, response: ModelResponse) -> None:
+async def _start_round(
+    agent: Agent,
+    task: TaskView,
+    rt: Runtime,
+    cid: str,
+    response: ModelResponse,
+    transcript: list[dict[str, Any]],
+) -> None:
     """Record the answer with its calls and plan the batch. Calls to names this request did
-    not advertise get an error result at once and never reach an operation."""
+    not advertise get an error result at once and never reach an operation. Calls past the
+    run's limits are not run at all: each gets an error result, and the run ends."""
+    entry = _assistant_entry(response, task.id)
+    reached = before_tools(agent.limits, usage([*transcript, entry], task.id))
+    if reached is not None:
+        await rt.commit(lambda tx: _refused_round(agent, tx, cid, entry, reached))
+        return
     plan: list[dict[str, Any]] = []
     refused: list[tuple[str, str]] = []
     catalog = agent.admission.catalog(agent.model_family) if agent.admission is not None else None
@@ -197,9 +223,9 @@ async def _start_round(agent: Agent, rt: Runtime, cid: str, response: ModelRespo
         )
 
     def build(tx: Any) -> Running:
-        index = append_entry(tx, cid, _assistant_entry(response))
+        index = append_entry(tx, cid, entry)
         for call_id, why in refused:
-            entry = {
+            result = {
                 "type": "tool_result",
                 "call_id": call_id,
                 "name": None,
@@ -207,7 +233,7 @@ async def _start_round(agent: Agent, rt: Runtime, cid: str, response: ModelRespo
                 "is_error": True,
                 "code": "tool_unavailable",
             }
-            append_entry(tx, cid, entry)
+            append_entry(tx, cid, result)
         return Running(checkpoint={"phase": "round", "assistant": index, "plan": plan})
 
     await rt.commit(build)
@@ -231,75 +257,40 @@ def _planned(
     }
 
 
-PARALLEL_WINDOW = 8
-
-
-def _segments(plan: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Consecutive parallel-safe calls form one segment; each exclusive call is its own."""
-    segments: list[list[dict[str, Any]]] = []
-    for call in plan:
-        if (
-            call["mode"] == "parallel_safe"
-            and segments
-            and segments[-1][0]["mode"] == "parallel_safe"
-        ):
-            segments[-1].append(call)
-        else:
-            segments.append([call])
-    return segments
-
-
-def _schedule(agent: Agent, tx: Any, cid: str, plan: list[dict[str, Any]]) -> Waiting | None:
-    """Start what the batch allows now and wait for it; None once every call has ended.
-    Exclusive calls run alone in batch order; a parallel-safe segment keeps at most
-    PARALLEL_WINDOW calls in flight. Each call commits its own result, so a slow or retried
-    call never repeats a finished one."""
-    for segment in _segments(plan):
-        live: list[str] = []
-        new: list[dict[str, Any]] = []
-        for call in segment:
-            record = tx.find(tx.keyed_id(f"call:{call['call_id']}"))
-            if record is None:
-                new.append(call)
-            elif record.live:
-                live.append(record.id)
-        if not live and not new:
-            continue
-        room = (PARALLEL_WINDOW if segment[0]["mode"] == "parallel_safe" else 1) - len(live)
-        for call in new[: max(room, 0)]:
-            live.append(
-                tx.create_task(
-                    agent.tools.task,
-                    {
-                        "name": call["name"],
-                        "arguments": call["arguments"],
-                        "call_id": call["call_id"],
-                        "conversation": cid,
-                        "exposed_name": call["exposed"],
-                        "variant": call["variant"],
-                    },
-                    key=f"call:{call['call_id']}",
-                )
-            )
-        return Waiting(
-            checkpoint=dict(tx.find(tx.task_id).state.checkpoint), on=tuple(live), policy="any"
-        )
-    return None
-
-
-def _assistant_entry(response: ModelResponse) -> dict[str, Any]:
+def _assistant_entry(response: ModelResponse, run: str) -> dict[str, Any]:
     return {
         "type": "assistant",
         "text": response.text,
         "tool_calls": [c.model_dump(mode="json") for c in response.tool_calls],
         "stop_reason": response.stop_reason,
+        # What the run limits count (bide.agent.limits).
+        "run": run,
+        "usage": response.usage.model_dump(mode="json"),
     }
+
+
+def _refused_round(
+    agent: Agent, tx: Any, cid: str, entry: dict[str, Any], reached: LimitReached
+) -> Terminal:
+    """The response that asked for tools past a limit, an error result for each of its
+    calls (none runs), and the end of the run."""
+    append_entry(tx, cid, entry)
+    for call in entry["tool_calls"]:
+        result = {
+            "call_id": call["id"],
+            "name": call["name"],
+            "text": f"not run: {reached.message}",
+        }
+        append_entry(
+            tx, cid, {"type": "tool_result", **result, "is_error": True, "code": "run_limit"}
+        )
+    return _stopped_in(agent, tx, cid, reached.message, reached.entry())
 
 
 async def _answer(
     agent: Agent, task: TaskView, rt: Runtime, cid: str, response: ModelResponse
 ) -> None:
-    entry = _assistant_entry(response)
+    entry = _assistant_entry(response, task.id)
     decision: Continue | StartTasks | None = None
     for hooks in agent.hooks:
         if hooks.on_yield is not None:
@@ -336,7 +327,7 @@ async def _round(agent: Agent, task: TaskView, rt: Runtime) -> None:
 
     def schedule(tx: Any) -> Waiting | None:
         waiting.clear()
-        waiting.append(_schedule(agent, tx, cid, plan))
+        waiting.append(schedule_batch(agent, tx, cid, plan))
         return waiting[0]
 
     await rt.commit(schedule)
@@ -462,17 +453,20 @@ def _release(agent: Agent, tx: Any, cid: str) -> None:
 
 
 async def _end_with_error(agent: Agent, rt: Runtime, cid: str, error: str) -> None:
-    def build(tx: Any) -> Terminal:
-        head = read_head(tx, cid)
-        for rid in head.run_submissions:
-            sub = read_submission(tx, cid, rid)
-            if sub is not None:
-                settle(tx, sub, "unanswered", error=error)
-        append_entry(tx, cid, {"type": "error", "text": error})
-        _release(agent, tx, cid)
-        return Terminal(outcome=Failed(error=error))
+    await rt.commit(lambda tx: _stopped_in(agent, tx, cid, error, {"type": "error", "text": error}))
 
-    await rt.commit(build)
+
+def _stopped_in(agent: Agent, tx: Any, cid: str, error: str, entry: dict[str, Any]) -> Terminal:
+    """End the run without an answer: its submissions are settled ``unanswered`` with
+    ``error``, ``entry`` closes the transcript, and the next queued input starts."""
+    head = read_head(tx, cid)
+    for rid in head.run_submissions:
+        sub = read_submission(tx, cid, rid)
+        if sub is not None:
+            settle(tx, sub, "unanswered", error=error)
+    append_entry(tx, cid, entry)
+    _release(agent, tx, cid)
+    return Terminal(outcome=Failed(error=error))
 
 
 async def _aborted(agent: Agent, task: TaskView, rt: Runtime) -> None:

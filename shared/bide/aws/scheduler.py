@@ -13,6 +13,15 @@ Two facts of AWS shape the request:
   delivered (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/using-messagededuplicationid-property.html).
   Every arming carries a fresh arming id, so re-arming after an early fire is never dropped;
   two fires of one schedule carry the same body, so the queue drops the copy.
+
+Every schedule carries an explicit retry policy and, when the stack gives one, a dead-letter
+queue: Scheduler retries a failed delivery "with exponential backoff ... until either the
+maximum number of attempts is made or until the duration of the MaximumEventAgeInSeconds is
+reached" (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-scheduler-schedule-retrypolicy.html),
+then drops it, unless a dead-letter queue is set; that queue must be a *standard* SQS queue
+("EventBridge Scheduler does not support using a FIFO queue as your schedule's DLQ",
+https://docs.aws.amazon.com/scheduler/latest/UserGuide/configuring-schedule-dlq.html). A
+dropped alarm leaves a session asleep for good, so a dead letter there raises an alarm.
 """
 
 from __future__ import annotations
@@ -25,7 +34,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..constants import SCHEDULER_PRECISION_SECONDS
+from ..constants import (
+    SCHEDULE_MAX_EVENT_AGE_SECONDS,
+    SCHEDULE_MAX_RETRY_ATTEMPTS,
+    SCHEDULER_PRECISION_SECONDS,
+)
 from ..engine.ids import IdSource, RandomIds
 
 
@@ -57,7 +70,10 @@ def alarm_body(session_id: str, at: float, arming: str) -> str:
 
 
 class SchedulerAlarms:
-    """:class:`~bide.aws.ports.Alarms` on EventBridge Scheduler."""
+    """:class:`~bide.aws.ports.Alarms` on EventBridge Scheduler.
+
+    ``dead_letter_arn`` is the standard SQS queue a schedule's undeliverable fire goes to
+    (None: Scheduler drops it after its retries)."""
 
     def __init__(
         self,
@@ -67,8 +83,10 @@ class SchedulerAlarms:
         queue_arn: str,
         role_arn: str,
         ids: IdSource | None = None,
+        dead_letter_arn: str | None = None,
     ) -> None:
         self.client = client
+        self.dead_letter_arn = dead_letter_arn
         self.group = group
         self.queue_arn = queue_arn
         self.role_arn = role_arn
@@ -91,6 +109,17 @@ class SchedulerAlarms:
                 # when an early fire re-arms the same deadline within 5 minutes.
                 "Input": alarm_body(session_id, at, self.ids.new_id("arm-")),
                 "SqsParameters": {"MessageGroupId": session_id},
+                # A late wake is harmless (the worker checks what is due), a lost one is not:
+                # retry for as long as Scheduler allows, then dead-letter.
+                "RetryPolicy": {
+                    "MaximumEventAgeInSeconds": SCHEDULE_MAX_EVENT_AGE_SECONDS,
+                    "MaximumRetryAttempts": SCHEDULE_MAX_RETRY_ATTEMPTS,
+                },
+                **(
+                    {"DeadLetterConfig": {"Arn": self.dead_letter_arn}}
+                    if self.dead_letter_arn
+                    else {}
+                ),
             },
         }
 

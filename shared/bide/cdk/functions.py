@@ -91,8 +91,12 @@ class Functions:
         handler_memory_size: int,
         removal: cdk.RemovalPolicy,
         log_retention: logs.RetentionDays,
+        worker_max_concurrency: int = c.DEFAULT_WORKER_MAX_CONCURRENCY,
+        reserved_concurrency: Mapping[str, int] | None = None,
     ) -> None:
         self._scope = scope
+        self._worker_max_concurrency = worker_max_concurrency
+        reserved = dict(reserved_concurrency or {})
         self._tracing = tracing
         self._storage = storage
         self._wake = wake
@@ -123,6 +127,7 @@ class Functions:
                 environment={**environment, **extra},
                 removal=removal,
                 log_retention=log_retention,
+                reserved_concurrency=reserved.get(name),
             )
 
         self.worker = function(
@@ -135,6 +140,8 @@ class Functions:
                 # the same maxReceiveCount as the queue's redrive policy (the backstop).
                 c.ENV_DEAD_LETTER_URL: wake.dead_letter_queue.queue_url,
                 c.ENV_MAX_RECEIVE_COUNT: str(wake.max_receive_count),
+                # Where Scheduler puts an alarm it could not deliver (bide.aws.scheduler).
+                c.ENV_SCHEDULE_DLQ_ARN: wake.schedule_dead_letter_queue.queue_arn,
             },
         )
         self.signal_function = function(c.FUNCTION_SIGNAL, SIGNAL_TIMEOUT, handler_memory_size)
@@ -161,6 +168,7 @@ class Functions:
         environment: Mapping[str, str],
         removal: cdk.RemovalPolicy,
         log_retention: logs.RetentionDays,
+        reserved_concurrency: int | None,
     ) -> lambda_.Function:
         scope = self._scope
         log_group = logs.LogGroup(
@@ -190,9 +198,19 @@ class Functions:
             memory_size=memory_size,
             environment=dict(environment),
             tracing=lambda_.Tracing.ACTIVE if self._tracing else None,
+            reserved_concurrent_executions=reserved_concurrency,
             # The worker re-arms its own session through the queue that invokes it; a long
-            # session legitimately loops worker -> queue -> worker many times.
-            recursive_loop=lambda_.RecursiveLoop.ALLOW if name == c.FUNCTION_WORKER else None,
+            # session legitimately loops worker -> queue -> worker many times, and Lambda's
+            # detection would stop it after about 16 rounds
+            # (https://docs.aws.amazon.com/lambda/latest/dg/invocation-recursion.html). The
+            # others keep the default, Terminate, stated so the template shows it; the
+            # worker's loops are bounded by its maximum concurrency instead, and an agent's
+            # by its run limits.
+            recursive_loop=(
+                lambda_.RecursiveLoop.ALLOW
+                if name == c.FUNCTION_WORKER
+                else lambda_.RecursiveLoop.TERMINATE
+            ),
         )
 
     def _grant_table(self, fn: lambda_.Function) -> None:
@@ -228,7 +246,12 @@ class Functions:
         # (the worker shortens a failed wake's visibility with ChangeMessageVisibility).
         worker.add_event_source(
             event_sources.SqsEventSource(
-                wake.queue, batch_size=WAKE_BATCH_SIZE, report_batch_item_failures=True
+                wake.queue,
+                batch_size=WAKE_BATCH_SIZE,
+                report_batch_item_failures=True,
+                # At most this many workers at once, whatever the backlog: the cap on what a
+                # burst of wakes (or a runaway loop) can cost.
+                max_concurrency=self._worker_max_concurrency,
             )
         )
         worker.add_to_role_policy(

@@ -15,6 +15,7 @@ table or queue.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from .. import constants as c
@@ -36,8 +38,8 @@ from .functions import (
     WAKE_BATCH_SIZE,
     Functions,
 )
-from .monitoring import alarms
-from .nag import acknowledge_service
+from .monitoring import Watched, alarms, dashboard
+from .nag import acknowledge_alarm_topic, acknowledge_service
 from .storage import Storage
 from .wake import SCHEDULER_PRINCIPAL, VISIBILITY_TIMEOUT_FACTOR, WakePath
 
@@ -55,6 +57,11 @@ __all__ = [
     "WAKE_BATCH_SIZE",
     "BideService",
 ]
+
+#: CDK context key: an e-mail address subscribed to the alarms (the ``alarm_email`` prop).
+ALARM_EMAIL_CONTEXT = "bide:alarmEmail"
+#: How old the oldest wake in the queue may get before it alarms, by default.
+DEFAULT_WAKE_AGE_ALARM = cdk.Duration.minutes(15)
 
 #: The repository checkout this package lives in (``shared/bide``, pyproject.toml,
 #: requirements.lock.txt), or None when bide is an installed distribution.
@@ -74,6 +81,13 @@ class BideService(Construct):
     ``admin_principals`` are IAM principal ARNs let into every session besides its owner
     (``BIDE_ADMIN_PRINCIPALS``; an IAM role ARN admits every session of that role): see
     :mod:`bide.service.owners`.
+
+    Alarms (:mod:`bide.cdk.monitoring`) notify ``alarm_topic``, or a topic created for
+    ``alarm_email`` (default: the ``bide:alarmEmail`` context value); ``wake_age_alarm`` is
+    how old the oldest queued wake may get. Limits: ``worker_max_concurrency`` (2-1000) caps
+    the workers the wake queue runs at once; ``reserved_concurrency`` maps function names
+    (``worker``, ``signal``, ``api``) to reserved concurrency; ``value_expiration`` expires
+    offloaded values (None: kept, since a live session may still need them).
     """
 
     def __init__(
@@ -97,8 +111,19 @@ class BideService(Construct):
         throttle: apigw.ThrottleSettings | None = None,
         alarm_topic: sns.ITopic | None = None,
         admin_principals: Sequence[str] = (),
+        alarm_email: str | None = None,
+        wake_age_alarm: cdk.Duration = DEFAULT_WAKE_AGE_ALARM,
+        worker_max_concurrency: int = c.DEFAULT_WORKER_MAX_CONCURRENCY,
+        reserved_concurrency: Mapping[str, int] | None = None,
+        value_expiration: cdk.Duration | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        _check_limits(worker_max_concurrency, reserved_concurrency)
+        email = alarm_email or self.node.try_get_context(ALARM_EMAIL_CONTEXT)
+        if email is not None and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", str(email)):
+            raise ValueError(
+                f"alarm_email ({ALARM_EMAIL_CONTEXT}) is not an e-mail address: {email!r}"
+            )
         module, _, attribute = app_module.partition(":")
         if not module or not attribute:
             raise ValueError(f"app_module must look like 'package.module:app', not {app_module!r}")
@@ -125,7 +150,9 @@ class BideService(Construct):
             )
 
         # The order below is the order of the resources in the template.
-        storage = Storage(self, removal=removal, retain=retain_data)
+        storage = Storage(
+            self, removal=removal, retain=retain_data, value_expiration=value_expiration
+        )
         self.table = storage.table
         self.access_log_bucket = storage.access_log_bucket
         self.bucket = storage.bucket
@@ -133,6 +160,7 @@ class BideService(Construct):
         wake = WakePath(self, worker_timeout=worker_timeout, max_receive_count=max_receive_count)
         self.dead_letter_queue, self.queue = wake.dead_letter_queue, wake.queue
         self.schedule_group, self.scheduler_role = wake.schedule_group, wake.scheduler_role
+        self.schedule_dead_letter_queue = wake.schedule_dead_letter_queue
         self._wake = wake
 
         api = Api(self)
@@ -170,6 +198,8 @@ class BideService(Construct):
             handler_memory_size=handler_memory_size,
             removal=removal,
             log_retention=log_retention,
+            worker_max_concurrency=worker_max_concurrency,
+            reserved_concurrency=reserved_concurrency,
         )
         self.layer = functions.layer
         self.worker = functions.worker
@@ -183,11 +213,31 @@ class BideService(Construct):
             removal=removal,
             throttle=throttle,
         )
+        if alarm_topic is None and email:
+            alarm_topic = sns.Topic(
+                self, "AlarmTopic", display_name="bide alarms", enforce_ssl=True
+            )
+            alarm_topic.add_subscription(subscriptions.EmailSubscription(str(email)))
+            acknowledge_alarm_topic(alarm_topic)
+        self.alarm_topic = alarm_topic
+        watched = Watched(
+            wake_queue=self.queue,
+            dead_letter_queue=self.dead_letter_queue,
+            schedule_dead_letter_queue=self.schedule_dead_letter_queue,
+            schedule_group=self.schedule_group,
+            stage=self.stage,
+            api_function=self.api_function,
+            signal_function=self.signal_function,
+        )
         self.alarms = alarms(
             self,
-            dead_letter_queue=self.dead_letter_queue,
+            watched=watched,
             functions=functions.all,
             topic=alarm_topic,
+            wake_age=wake_age_alarm,
+        )
+        self.dashboard = dashboard(
+            self, watched=watched, functions=functions.all, alarms=self.alarms
         )
         acknowledge_service(self)
 
@@ -200,6 +250,20 @@ class BideService(Construct):
     def api_url(self) -> str:
         """Base URL of the HTTP API (the ``$default`` stage has no path prefix)."""
         return self.http_api.api_endpoint
+
+
+def _check_limits(max_concurrency: int, reserved: Mapping[str, int] | None) -> None:
+    """Refuse limits AWS would refuse at deploy time, naming the prop."""
+    # ScalingConfig.MaximumConcurrency: 2 to 1000
+    # (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html).
+    if not 2 <= max_concurrency <= 1000:
+        raise ValueError(f"worker_max_concurrency must be 2 to 1000, not {max_concurrency}")
+    names = {c.FUNCTION_WORKER, c.FUNCTION_SIGNAL, c.FUNCTION_API}
+    for name, value in (reserved or {}).items():
+        if name not in names:
+            raise ValueError(f"reserved_concurrency: {name!r} is not one of {sorted(names)}")
+        if value < 0:
+            raise ValueError(f"reserved_concurrency[{name!r}] must be >= 0, not {value}")
 
 
 def _admins(principals: Sequence[str]) -> str:

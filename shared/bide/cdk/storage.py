@@ -30,13 +30,24 @@ class Storage:
 
     ``retain`` keeps the data when the stack is deleted (``removal``) and turns on the table's
     deletion protection; without it the buckets empty themselves on deletion.
+    ``value_expiration`` deletes offloaded values that long after they were written (None:
+    kept, the default: a session still holding one cannot load without it).
     """
 
-    def __init__(self, scope: Construct, *, removal: cdk.RemovalPolicy, retain: bool) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        *,
+        removal: cdk.RemovalPolicy,
+        retain: bool,
+        value_expiration: cdk.Duration | None = None,
+    ) -> None:
         #: Names of the table's local secondary indexes (the functions are granted on them).
         self.indexes: list[str] = []
         self.table = self._table(scope, removal, retain)
-        self.access_log_bucket, self.bucket = self._buckets(scope, removal, retain)
+        self.access_log_bucket, self.bucket = self._buckets(
+            scope, removal, retain, value_expiration
+        )
 
     def _table(self, scope: Construct, removal: cdk.RemovalPolicy, retain: bool) -> dynamodb.Table:
         # Keys and the local index come from the store's own CreateTable request, so the
@@ -76,7 +87,10 @@ class Storage:
 
     @staticmethod
     def _buckets(
-        scope: Construct, removal: cdk.RemovalPolicy, retain: bool
+        scope: Construct,
+        removal: cdk.RemovalPolicy,
+        retain: bool,
+        value_expiration: cdk.Duration | None,
     ) -> tuple[s3.Bucket, s3.Bucket]:
         common: dict[str, Any] = {
             "encryption": s3.BucketEncryption.S3_MANAGED,
@@ -97,10 +111,17 @@ class Storage:
             **common,
         )
         # Objects are content-addressed and referenced from task records for as long as the
-        # session lives, so no expiry rule: deleting one would break a parked session.
+        # session lives, so no expiry rule by default: deleting one would break a parked
+        # session. A deployment whose sessions never outlive N days may expire values after
+        # N days. Writes are single PutObjects; an interrupted multipart upload (none expected)
+        # is cleaned up after a day either way.
+        rules = [s3.LifecycleRule(abort_incomplete_multipart_upload_after=cdk.Duration.days(1))]
+        if value_expiration is not None:
+            rules.append(s3.LifecycleRule(expiration=value_expiration))
         bucket = s3.Bucket(
             scope,
             "Bucket",
+            lifecycle_rules=rules,
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="values/",
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,

@@ -3,7 +3,10 @@
 Every wake, immediate or scheduled, is a message on one FIFO queue whose message group is the
 session, so one worker runs a session at a time; wakes that keep failing go to a FIFO
 dead-letter queue. A session's ``at`` alarm is a one-time schedule in this service's own
-schedule group, delivered to the queue by a role only that group's schedules may assume.
+schedule group, delivered to the queue by a role only that group's schedules may assume; a
+fire Scheduler could not deliver after its retries goes to a standard dead-letter queue of its
+own (Scheduler refuses a FIFO one:
+https://docs.aws.amazon.com/scheduler/latest/UserGuide/configuring-schedule-dlq.html).
 The resources are created directly in the BideService's scope (not in a child construct) so
 their logical ids, and with them the deployed queues, survive a change of how this code is
 laid out.
@@ -25,7 +28,8 @@ SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
 
 class WakePath:
     """The wake queue (``WakeQueue``) and its dead letters (``WakeDeadLetters``), the schedule
-    group (``ScheduleGroup``) and the role Scheduler delivers with (``SchedulerRole``).
+    group (``ScheduleGroup``), the role Scheduler delivers with (``SchedulerRole``) and the
+    schedules' dead letters (``ScheduleDeadLetters``, standard).
 
     The queue's visibility timeout follows ``worker_timeout``; a message received
     ``max_receive_count`` times without success is dead-lettered.
@@ -37,6 +41,21 @@ class WakePath:
         self.max_receive_count = max_receive_count
         self.dead_letter_queue, self.queue = self._queues(scope, worker_timeout, max_receive_count)
         self.schedule_group, self.scheduler_role = self._scheduler(scope, self.queue)
+        self.schedule_dead_letter_queue = sqs.Queue(
+            scope,
+            "ScheduleDeadLetters",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=cdk.Duration.days(14),
+        )
+        # Scheduler sends a dead-letter event with the role the schedule names
+        # (https://docs.aws.amazon.com/scheduler/latest/UserGuide/configuring-schedule-dlq.html,
+        # "Set up execution role permissions").
+        self.scheduler_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["sqs:SendMessage"], resources=[self.schedule_dead_letter_queue.queue_arn]
+            )
+        )
 
     @staticmethod
     def _queues(

@@ -29,6 +29,7 @@ from ..constants import (
     ENV_QUEUE_ARN,
     ENV_QUEUE_URL,
     ENV_SAFETY_MARGIN_MS,
+    ENV_SCHEDULE_DLQ_ARN,
     ENV_SCHEDULE_GROUP,
     ENV_SCHEDULER_ROLE_ARN,
     ENV_TABLE,
@@ -54,6 +55,7 @@ _ENV: dict[str, tuple[str, str]] = {
     "dead_letter_url": (ENV_DEAD_LETTER_URL, "the URL of the wake queue's dead-letter queue"),
     "max_receive_count": (ENV_MAX_RECEIVE_COUNT, "the wake queue's maxReceiveCount (1-1000)"),
     "admin_principals": (ENV_ADMIN_PRINCIPALS, "comma-separated IAM principal ARNs"),
+    "schedule_dlq_arn": (ENV_SCHEDULE_DLQ_ARN, "the ARN of the schedules' standard SQS DLQ"),
 }
 _ALARM_FIELDS = ("queue_arn", "schedule_group", "scheduler_role_arn")
 
@@ -82,6 +84,8 @@ class Settings(BaseModel):
     # SQS's redrive policy takes a maxReceiveCount of 1 to 1,000.
     max_receive_count: int | None = Field(default=None, ge=1, le=1000)
     admin_principals: str = Field(default="", pattern=r"^(arn:[^,\s]+)?(\s*,\s*arn:[^,\s]+)*$")
+    # A standard queue: Scheduler refuses a FIFO dead-letter queue.
+    schedule_dlq_arn: str | None = Field(default=None, pattern=r"^arn:[\w-]+:sqs:[\w:-]+$")
 
     @model_validator(mode="after")
     def _alarms_all_or_nothing(self) -> Self:
@@ -226,6 +230,7 @@ def deps_from_env(
             queue_arn=settings.queue_arn,
             role_arn=settings.scheduler_role_arn,
             ids=ids,
+            dead_letter_arn=settings.schedule_dlq_arn,
         )
     try:
         app = load_app(settings.app)

@@ -195,6 +195,7 @@ async def _serve(
         return response
     except Exception:
         obs.logger.exception(group.failure_log)
+        obs.count(obs.HANDLER_FAILURES, function=group.name)
         return json_response(500, {"error": group.failure_error})
     finally:
         obs.flush()

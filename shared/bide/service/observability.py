@@ -41,8 +41,51 @@ PARKS = "Parks"  # worker runs that ended with nothing runnable
 WORKER_ACTIONS = "WorkerActions"  # dimension action: requeued | armed | disarmed | idle
 WORKER_FAILURES = "WorkerFailures"  # runs that raised; SQS redelivers their wake
 MALFORMED_WAKES = "MalformedWakes"  # wake messages that could never run (dropped)
+DEAD_LETTERED_WAKES = "DeadLetteredWakes"  # wakes the worker dead-lettered on their last try
 SIGNAL_RESULTS = "SignalResults"  # dimensions result, route
 COMMIT_CONFLICTS = "CommitConflicts"  # commits refused because another writer got there first
+HANDLER_FAILURES = "HandlerFailures"  # dimension function: api | signal; requests answered 500
+
+#: Every metric :func:`count` may emit: name -> the names of the dimensions it is counted
+#: under. :func:`count` refuses anything else, so this is the whole set of custom metrics the
+#: code writes, and the alarms of :mod:`bide.cdk.monitoring` are checked against it
+#: (tests/test_infra_monitoring.py): an alarm cannot watch a metric nothing emits.
+METRICS: dict[str, frozenset[str]] = {
+    WAKES: frozenset({"reason"}),
+    PARKS: frozenset(),
+    WORKER_ACTIONS: frozenset({"action"}),
+    WORKER_FAILURES: frozenset(),
+    MALFORMED_WAKES: frozenset(),
+    DEAD_LETTERED_WAKES: frozenset(),
+    SIGNAL_RESULTS: frozenset({"result", "route"}),
+    COMMIT_CONFLICTS: frozenset(),
+    HANDLER_FAILURES: frozenset({"function"}),
+}
+
+#: The dimension Powertools adds to every EMF blob that has a service name
+#: (``AmazonCloudWatchEMFProvider.serialize_metric_set``): part of every metric's identity in
+#: CloudWatch, so an alarm must name it too.
+SERVICE_DIMENSION = "service"
+
+
+def emitted_dimensions(name: str, **dimensions: str) -> dict[str, str]:
+    """The full dimension set CloudWatch files ``count(name, **dimensions)`` under (the
+    service dimension included): what an alarm on that count must name. ValueError for a
+    metric or dimensions :data:`METRICS` does not list."""
+    _check(name, dimensions)
+    return {SERVICE_DIMENSION: SERVICE_NAME, **dimensions}
+
+
+def _check(name: str, dimensions: dict[str, str]) -> None:
+    expected = METRICS.get(name)
+    if expected is None:
+        raise ValueError(f"metric {name!r} is not in observability.METRICS")
+    if set(dimensions) != expected:
+        raise ValueError(
+            f"metric {name!r} is counted under dimensions {sorted(expected)}, "
+            f"not {sorted(dimensions)}"
+        )
+
 
 # One EMF provider per distinct dimension set: a dimension applies to a whole EMF blob, so
 # counts with different dimensions must be separate blobs. Built on first use, dropped at flush.
@@ -51,7 +94,9 @@ _blobs: dict[tuple[tuple[str, str], ...], AmazonCloudWatchEMFProvider] = {}
 
 def count(name: str, value: float = 1, **dimensions: str) -> None:
     """Add ``value`` to the count metric ``name`` under ``dimensions`` (keep their values to a
-    small fixed set: every distinct value is a separate CloudWatch metric)."""
+    small fixed set: every distinct value is a separate CloudWatch metric). ValueError for a
+    metric or dimensions :data:`METRICS` does not list."""
+    _check(name, dimensions)
     key = tuple(sorted(dimensions.items()))
     blob = _blobs.get(key)
     if blob is None:

@@ -187,6 +187,7 @@ def _dead_lettered(
         obs.logger.exception("could not dead-letter the wake; SQS's redrive will")
         return False
     obs.logger.error("wake dead-lettered after its last attempt", extra=reason)
+    obs.count(obs.DEAD_LETTERED_WAKES)
     return True
 
 
