@@ -12,6 +12,7 @@ from ..aws.ports import Alarms, DeadLetters, WakeQueue
 from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
 from ..engine.store.base import Store
+from ..tools.webhook_keys import WEBHOOK_KEYS_SERVICE, WebhookKeys, process_keys
 
 
 @dataclass
@@ -36,7 +37,15 @@ class Deps:
     """The wake queue's maxReceiveCount: the attempt that is a wake's last."""
     #: Principals allowed into every session besides its owner (see bide.service.owners).
     admin_principals: frozenset[str] = frozenset()
+    webhook_keys: WebhookKeys = field(default_factory=process_keys)
+    """The deployment key webhook tokens are derived under (:mod:`bide.tools.webhook_keys`):
+    the functions read it from Secrets Manager, the local stack from its key file. The default,
+    this process's random key, suits tests only."""
 
     def harness_services(self) -> dict[str, Any]:
         """What tasks may read through ``rt.services``."""
-        return {"webhook_base_url": self.webhook_base_url, **self.services}
+        return {
+            "webhook_base_url": self.webhook_base_url,
+            WEBHOOK_KEYS_SERVICE: self.webhook_keys,
+            **self.services,
+        }
