@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import gzip
 import json
 import os
@@ -107,10 +108,8 @@ def readings(raw: bytes) -> list[str]:
     """``raw`` as text, plus what it is when it is base64, gzip or zlib data."""
     out = [raw.decode("latin-1")]
     for unpack in (gzip.decompress, zlib.decompress):
-        try:
+        with contextlib.suppress(OSError, zlib.error, EOFError):
             out.append(unpack(raw).decode("latin-1"))
-        except (OSError, zlib.error, EOFError):
-            pass
     try:
         decoded = base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError):
@@ -258,7 +257,7 @@ def sqlite_dump(db_path: str) -> str:
     with sqlite3.connect(db_path) as conn:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in tables:
-            for row in conn.execute(f'SELECT * FROM "{table}"'):  # noqa: S608 (our own names)
+            for row in conn.execute(f'SELECT * FROM "{table}"'):
                 parts += flatten(list(row))
     for suffix in ("", "-wal", "-shm", "-journal"):
         path = Path(db_path + suffix)
