@@ -39,12 +39,6 @@ SIGNAL_TIMEOUT = cdk.Duration.seconds(10)
 API_TIMEOUT = cdk.Duration.seconds(29)
 WAKE_BATCH_SIZE = 10
 
-SCHEDULE_ACTIONS = (
-    "scheduler:CreateSchedule",
-    "scheduler:UpdateSchedule",
-    "scheduler:DeleteSchedule",
-    "scheduler:GetSchedule",
-)
 # What each function's code calls, per resource (tests/test_infra_security.py records the AWS
 # operations of each handler's flows on moto and checks they are exactly these). The store
 # reads with GetItem and Query and commits with TransactWriteItems, which is authorised per
@@ -53,8 +47,9 @@ SCHEDULE_ACTIONS = (
 # webhook bodies, submissions) go to S3 before the transaction; objects are content-addressed
 # and never deleted or listed. Minting (worker), checking (signal) and listing (api) webhooks
 # reads the webhook key secret. Loading a session queries its live tasks on the live index
-# (worker, api; the signal function delivers without loading). Only the worker arms alarms (Create, then Update when one exists; Delete to disarm; it never
-# reads one back) and sets poison wakes aside on the dead-letter queue.
+# (worker, api; the signal function delivers without loading). Only the worker arms alarms
+# (Create, then Update when one exists; Delete to disarm; it never reads one back) and sets
+# poison wakes aside on the dead-letter queue.
 TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem")
 # The signal function reads a binding, the owner or one task by key and never queries.
 DELIVER_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
