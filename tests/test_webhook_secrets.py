@@ -31,12 +31,19 @@ from typing import Any
 
 import pytest
 from aws_fixtures import fake_aws_environment
-from handler_fixtures import FakeContext, aws_fixture, hook_event, make_bench  # noqa: F401
+from handler_fixtures import (  # noqa: F401
+    FakeContext,
+    aws_fixture,
+    hook_event,
+    make_bench,
+    signal_event,
+)
 from limits_fixtures import http
 from pydantic import BaseModel
 
 from bide import Harness, SignalValue, SQLiteStore, define_signal
 from bide.app import App
+from bide.engine.errors import StoreUnavailable
 from bide.service.http import handle_signal
 from bide.service.webhooks import make_token, mint_webhook, parse_token, sign
 from bide.tools import Sleep, ToolRegistry, ToolResult, define_tool
@@ -319,3 +326,92 @@ def test_a_key_file_open_to_others_is_refused(tmp_path: Path) -> None:
     os.chmod(db + ".webhook-key", 0o644)
     with pytest.raises(WebhookKeyError, match="open to others"):
         local_keys(db)
+
+
+# --- error bodies: nothing internal reaches a caller ------------------------------------------
+
+MARK = "INTERNAL-detail-7f3a"
+
+
+class FailingStore:
+    """Passes every call to ``inner`` but ``method``, which raises ``error``."""
+
+    def __init__(self, inner: Any, method: str, error: BaseException) -> None:
+        self._inner, self._method, self._error = inner, method, error
+
+    def __getattr__(self, name: str) -> Any:
+        if name != self._method:
+            return getattr(self._inner, name)
+
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            raise self._error
+
+        return fail
+
+
+class FailingKeys:
+    def current(self) -> bytes:
+        raise StoreUnavailable(f"secret read failed: {MARK}")
+
+    def accepted(self) -> list[bytes]:
+        raise RuntimeError(f"AccessDenied on the secret: {MARK}")
+
+
+def errors() -> list[BaseException]:
+    from botocore.exceptions import ClientError
+
+    from bide.engine.errors import CommitTooLarge, ConflictError, DefinitionError
+
+    denied = {"Error": {"Code": "AccessDeniedException", "Message": f"not authorized {MARK}"}}
+    return [
+        StoreUnavailable(f"throttled: {MARK}"),
+        ConflictError(MARK, 3, 4),
+        CommitTooLarge(f"too large: {MARK}"),
+        DefinitionError(f"store said: {MARK}"),
+        ClientError(denied, "GetItem"),  # type: ignore[arg-type]
+        KeyError(MARK),
+        ValueError(MARK),
+        RuntimeError(MARK),
+    ]
+
+
+def test_store_and_key_errors_never_reach_a_callers_body(bench: Any) -> None:
+    """Every store method the signal routes call fails in turn, with each kind of error,
+    carrying a distinctive text: the webhook and by-task routes answer 5xx with their fixed
+    text (the logs get the detail); so does a key that cannot be read."""
+    run = "errors"
+    sid = ddb_run(bench, run)
+    token = REAL[run]["plain"]
+    task_id = ddb_binding_task(bench, token)
+    healthy = bench.deps.store
+    failed: dict[str, int] = {"hook": 0, "signal": 0}
+    body = '{"text": "hi"}'
+    json_type = {"content-type": "application/json"}
+    for method in ("get_doc", "head", "get_task", "commit"):
+        for error in errors():
+            bench.deps.store = FailingStore(healthy, method, error)
+            events = {
+                "hook": hook_event(token, body, headers=json_type),
+                "signal": signal_event(sid, task_id, REPLY.name, "done", {"text": "hi"}),
+            }
+            for route, event in events.items():
+                response = asyncio.run(handle_signal(bench.deps, event, FakeContext()))
+                assert MARK not in response["body"], (method, error, route)
+                assert "Traceback" not in response["body"]
+                failed[route] += response["statusCode"] >= 500
+    bench.deps.store = healthy
+    assert failed["hook"] and failed["signal"]  # the errors did reach the routes
+    bench.deps.webhook_keys = FailingKeys()  # type: ignore[assignment]
+    response = asyncio.run(
+        handle_signal(bench.deps, hook_event(token, body, headers=json_type), FakeContext())
+    )
+    assert response["statusCode"] >= 500 and MARK not in response["body"]
+
+
+def ddb_binding_task(bench: Any, token: str) -> str:
+    from bide.service.webhooks import binding_key
+
+    session_id, nonce, _ = parse_token(token)
+    found = bench.store.get_doc(session_id, binding_key(nonce))
+    assert found is not None
+    return str(found.body["task_id"])
