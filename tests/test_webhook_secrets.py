@@ -415,3 +415,39 @@ def ddb_binding_task(bench: Any, token: str) -> str:
     found = bench.store.get_doc(session_id, binding_key(nonce))
     assert found is not None
     return str(found.body["task_id"])
+
+
+# --- key rotation ------------------------------------------------------------------------------
+
+
+def test_a_rotated_out_key_is_accepted_while_listed_and_refused_after() -> None:
+    from bide.service.webhooks import StaticWebhookKeys, WebhookBinding, resolve, token_of
+    from bide.service.webhooks import WebhookRejected as Rejected
+    from bide.tools.webhook_keys import WebhookKeyError, parse_keys
+
+    old, new = b"o" * 32, b"n" * 32
+    binding = WebhookBinding(
+        session_id="s-1", task_id="t-1", signal="sig", key="k", nonce="ab" * 16
+    )
+    docs = {("s-1", "hook/" + binding.nonce): binding.model_dump(mode="json")}
+
+    def find(session_id: str, key: str) -> Any:
+        return docs.get((session_id, key))
+
+    minted = token_of(binding, StaticWebhookKeys(old))
+    rotated = StaticWebhookKeys(new, (old,))
+    assert resolve(minted, find, rotated) == binding  # minted before the rotation
+    assert resolve(token_of(binding, rotated), find, rotated) == binding  # and after
+    assert token_of(binding, rotated) != minted
+    with pytest.raises(Rejected) as refused:
+        resolve(minted, find, StaticWebhookKeys(new))  # the old key dropped
+    assert (refused.value.status, refused.value.message) == (404, "unknown webhook")
+    # The binding is part of what is signed: the same mac for another task is refused.
+    docs[("s-1", "hook/" + binding.nonce)] = {**binding.model_dump(mode="json"), "task_id": "t-2"}
+    with pytest.raises(Rejected):
+        resolve(minted, find, rotated)
+    # Key documents name what is wrong.
+    with pytest.raises(WebhookKeyError, match="'current' must be a non-empty string"):
+        parse_keys('{"previous": []}', source="test")
+    with pytest.raises(WebhookKeyError, match="at least 32"):
+        parse_keys('{"current": "short"}', source="test")
