@@ -20,7 +20,8 @@ from bide import (
     define_task,
 )
 from bide.engine.host import host_commit
-from bide.tools.webhooks import WebhookBinding, binding_key, make_token
+from bide.tools.webhook_keys import WebhookKeys, process_keys
+from bide.tools.webhooks import WebhookBinding, binding_key, new_nonce, token_of
 
 BLOB = define_signal("test.blob", 1, Any)
 """A signal whose schema accepts any JSON: what a permissive webhook looks like."""
@@ -81,20 +82,27 @@ def limits_app() -> App:
     return App(tasks=[HOLDER, STORER, RAISER], signals=[BLOB])
 
 
-def bind_webhook(harness: Harness, task_id: str, key: str, hmac_secret: str | None = None) -> str:
-    """Write a webhook binding to ``BLOB`` under ``key`` of ``task_id``; its token."""
-    secret = secrets.token_hex(24)
+def bind_webhook(
+    harness: Harness,
+    task_id: str,
+    key: str,
+    hmac_secret: str | None = None,
+    keys: WebhookKeys | None = None,
+) -> str:
+    """Write a webhook binding to ``BLOB`` under ``key`` of ``task_id``; its token under
+    ``keys`` (this process's key by default; a local stack's key for its routes)."""
     binding = WebhookBinding(
         session_id=harness.session_id,
         task_id=task_id,
         signal=BLOB.name,
         key=key,
+        nonce=new_nonce(),
         hmac_secret=hmac_secret,
     )
     host_commit(
-        harness, lambda tx: tx.put_doc(binding_key(secret), binding.model_dump(mode="json"))
+        harness, lambda tx: tx.put_doc(binding_key(binding.nonce), binding.model_dump(mode="json"))
     )
-    return make_token(harness.session_id, secret)
+    return token_of(binding, keys or process_keys())
 
 
 def loads_back(store: Store, session_id: str) -> dict[str, Any]:
@@ -153,10 +161,11 @@ class HttpSession:
             await h.open()
             task = await h.create_task(HOLDER)
             await h.run_until_parked()
+            keys = stack.stack.webhook_keys
             hooks = (
-                bind_webhook(h, task, "hook"),
-                bind_webhook(h, task, "stream.*"),
-                bind_webhook(h, task, "signed.*", hmac_secret=self.hmac_secret),
+                bind_webhook(h, task, "hook", keys=keys),
+                bind_webhook(h, task, "stream.*", keys=keys),
+                bind_webhook(h, task, "signed.*", hmac_secret=self.hmac_secret, keys=keys),
             )
             await h.close()
             return task, *hooks

@@ -223,19 +223,19 @@ def test_a_tool_mints_an_unguessable_webhook_whose_token_is_not_stored(bench: Be
     sid, task_id, token = parked_hook(bench)
     hook = bench.probe.minted[task_id]
     assert hook.url == f"{WEBHOOK_BASE}/hooks/{token}"
-    session, secret = parse_token(token)
+    session, nonce, mac = parse_token(token)
     assert session == sid
-    assert re.fullmatch(r"[0-9a-f]{32,}", secret) and len(secret) * 4 >= 128
-    # The binding is stored under the secret's digest. The secret itself lives only in the
-    # call's memo (so a rerun hands out the same URL), and memos end with the call.
-    assert bench.store.get_doc(sid, binding_key(secret)) is not None
-    # Another call gets another secret.
+    assert re.fullmatch(r"[0-9a-f]{32,}", nonce) and re.fullmatch(r"[0-9a-f]{48}", mac)
+    # The binding is stored under the nonce; the mac is derived from the binding under the
+    # deployment's key and stored nowhere (tests/test_webhook_secrets.py dumps everything).
+    assert bench.store.get_doc(sid, binding_key(nonce)) is not None
+    # Another call gets another nonce and mac.
     _, _, other = parked_hook(bench)
-    assert parse_token(other)[1] != secret
+    assert parse_token(other)[1] != nonce and parse_token(other)[2] != mac
     assert post(bench, hook_event(token, '{"text": "x"}', headers=JSON_TYPE))[0] == 202
     bench.drain()
     items = bench.ddb.scan(TableName=bench.table)["Items"]
-    assert secret not in json.dumps(items)
+    assert mac not in json.dumps(items)
 
 
 def test_webhook_delivers_its_json_body(bench: Bench) -> None:
@@ -284,7 +284,7 @@ def test_webhook_refusals_store_nothing_and_queue_no_wake(bench: Bench) -> None:
     seq = bench.seq(sid)
     body = b'{"text": "x"}'
     now = bench.clock.now()
-    other_token = f"{token.split('.')[0]}.{secrets.token_hex(32)}"
+    other_token = token[: -len(parse_token(token)[2])] + secrets.token_hex(24)
     cases = [
         ("missing signature", token, body, JSON_TYPE, 401, "X-Bide"),
         ("bad signature", token, body, signed(bench, body, "wrong"), 401, "does not match"),
@@ -295,7 +295,7 @@ def test_webhook_refusals_store_nothing_and_queue_no_wake(bench: Bench) -> None:
         ("oversized", token, b"x" * (256 * 1024 + 1), JSON_TYPE, 413, "limit"),
         ("unknown token", other_token, body, signed(bench, body, secret), 404, "unknown"),
         ("garbage token", "garbage", body, JSON_TYPE, 404, "unknown"),
-        ("no session has that id", make_token("x" * 3000, "0" * 64), body, JSON_TYPE, 404,
+        ("no session has that id", make_token("x" * 3000, "0" * 32, "0" * 48), body, JSON_TYPE, 404,
          "unknown"),
     ]  # fmt: skip
     for name, used_token, raw, headers, status, message in cases:

@@ -261,7 +261,8 @@ def test_webhook_attacks_are_refused_clearly_and_store_nothing(
     # past the window (now + 301, truncated) drifts back inside it on a slow machine. The exact
     # boundary is checked with an injected clock in test_webhook_window_boundary.
     outside = 10 * WEBHOOK_SIGNATURE_WINDOW_SECONDS
-    forged_token = make_token(sid, secrets.token_hex(24))  # the real session, a made-up secret
+    # The real session and binding (nonce), a made-up mac.
+    forged_token = make_token(sid, parse_token(hook.token)[1], secrets.token_hex(24))
     cases = [
         ("forged token", f"{stack.url}/hooks/{forged_token}", good,
          signed_headers(good, HMAC_SECRET, now), 404, "unknown webhook"),
@@ -282,7 +283,8 @@ def test_webhook_attacks_are_refused_clearly_and_store_nothing(
          "content type must be application/json"),
         ("malformed JSON", hook.url, b"{oops", signed_headers(b"{oops", HMAC_SECRET, now), 400,
          "not valid JSON"),
-        ("unknown token", f"{stack.url}/hooks/{'A' * 43}.{secrets.token_hex(24)}", good,
+        ("unknown token",
+         f"{stack.url}/hooks/{'A' * 43}.{secrets.token_hex(16)}.{secrets.token_hex(24)}", good,
          signed_headers(good, HMAC_SECRET, now), 404, "unknown webhook"),
         ("garbage token", f"{stack.url}/hooks/garbage", good,
          {"Content-Type": "application/json"}, 404, "unknown webhook"),

@@ -157,14 +157,14 @@ def test_mint_webhook_needs_only_the_public_api():
     api = PublicOnlyApi()
     hook = run(bide.tools.mint_webhook(api, ANSWER, "done"))  # type: ignore[arg-type]
     assert hook.url == f"https://hooks.example/hooks/{hook.token}"
-    session, secret = parse_token(hook.token)
+    session, nonce, _mac = parse_token(hook.token)
     assert session == "sess-9"
     [(key, body)] = api.writes
-    assert key == binding_key(secret)
+    assert key == binding_key(nonce)
     assert body["session_id"] == "sess-9" and body["task_id"] == "t-4"
     assert body["signal"] == ANSWER.name and body["key"] == "done"
     again = run(bide.tools.mint_webhook(api, ANSWER, "done"))  # type: ignore[arg-type]
-    assert again == hook, "a rerun gets the same URL (the secret is memoized)"
+    assert again == hook, "a rerun gets the same URL (the nonce is memoized)"
 
 
 class NoArgs(BaseModel):

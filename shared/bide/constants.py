@@ -11,6 +11,8 @@ ENV_QUEUE_ARN = "BIDE_WAKE_QUEUE_ARN"  # the same queue's ARN (Scheduler targets
 ENV_SCHEDULE_GROUP = "BIDE_SCHEDULE_GROUP"  # EventBridge Scheduler group of session alarms
 ENV_SCHEDULER_ROLE_ARN = "BIDE_SCHEDULER_ROLE_ARN"  # role Scheduler assumes to send to SQS
 ENV_WEBHOOK_BASE_URL = "BIDE_WEBHOOK_BASE_URL"  # public base URL of the HTTP API
+# Secrets Manager secret (name or ARN) holding the key webhook tokens are derived under.
+ENV_WEBHOOK_KEY_SECRET = "BIDE_WEBHOOK_KEY_SECRET"
 ENV_TRACING = "BIDE_TRACING"  # "1" turns on the X-Ray tracer (it costs cold-start time)
 ENV_SAFETY_MARGIN_MS = "BIDE_SAFETY_MARGIN_MS"  # stop starting work this close to the timeout
 # The wake queue's dead letters (worker only): the DLQ's URL and the redrive policy's

@@ -40,6 +40,14 @@ ACCESS_LOG_FORMAT = json.dumps(
     separators=(",", ":"),
 )
 DEFAULT_THROTTLE = apigw.ThrottleSettings(rate_limit=100, burst_limit=200)
+#: The webhook route's own limits: callers are unauthenticated, so they get less than the
+#: IAM routes and cannot use up the stage's budget. Route-level throttling overrides the
+#: stage's default for that route
+#: (https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-protect.html;
+#: the stage's RouteSettings are keyed by route key:
+#: https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-apigatewayv2-stage-routesettings.html).
+DEFAULT_WEBHOOK_THROTTLE = apigw.ThrottleSettings(rate_limit=20, burst_limit=40)
+WEBHOOK_ROUTE_KEY = "POST /hooks/{token}"
 
 
 @jsii.implements(apigw.IAccessLogSettings)
@@ -78,8 +86,11 @@ class Api:
         log_retention: logs.RetentionDays,
         removal: cdk.RemovalPolicy,
         throttle: apigw.ThrottleSettings | None,
+        webhook_throttle: apigw.ThrottleSettings = DEFAULT_WEBHOOK_THROTTLE,
     ) -> tuple[apigw.HttpStage, apigw.HttpRoute]:
-        """The ``$default`` stage and the four routes; returns the stage and the webhook's."""
+        """The ``$default`` stage and the four routes; returns the stage and the webhook's.
+        ``throttle`` is the stage's default (the IAM routes); ``webhook_throttle`` the webhook
+        route's own."""
         access_logs = logs.LogGroup(
             self._scope, "ApiAccessLogs", retention=log_retention, removal_policy=removal
         )
@@ -118,4 +129,15 @@ class Api:
             self.http_api.add_routes(
                 path=path, methods=[apigw.HttpMethod.ANY], integration=sessions, authorizer=iam_auth
             )
+        # The L2 stage has no per-route settings: set them on its CloudFormation resource.
+        cfn_stage = stage.node.default_child
+        assert isinstance(cfn_stage, apigw.CfnStage)
+        cfn_stage.route_settings = {
+            WEBHOOK_ROUTE_KEY: {
+                "ThrottlingBurstLimit": webhook_throttle.burst_limit,
+                "ThrottlingRateLimit": webhook_throttle.rate_limit,
+            }
+        }
+        # A stage's RouteSettings may only name routes that exist when it is deployed.
+        cfn_stage.node.add_dependency(webhook_route)
         return stage, webhook_route

@@ -18,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from .. import constants as c
@@ -38,30 +39,54 @@ SIGNAL_TIMEOUT = cdk.Duration.seconds(10)
 API_TIMEOUT = cdk.Duration.seconds(29)
 WAKE_BATCH_SIZE = 10
 
+# What each function's code calls, per resource (tests/test_infra_security.py records the AWS
+# operations of each handler's flows on moto and checks they are exactly these). The store
+# reads with GetItem and Query and commits with TransactWriteItems, which is authorised per
+# contained Put/Update (it writes no Delete or ConditionCheck); no Batch*, Scan or
+# DescribeTable. Records over the offload threshold (64 KiB of JSON: results, delivered
+# webhook bodies, submissions) go to S3 before the transaction; objects are content-addressed
+# and never deleted or listed. Minting (worker), checking (signal) and listing (api) webhooks
+# reads the webhook key secret. Loading a session queries its live tasks on the live index
+# (worker, api; the signal function delivers without loading). Only the worker arms alarms
+# (Create, then Update when one exists; Delete to disarm; it never reads one back) and sets
+# poison wakes aside on the dead-letter queue.
+TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem")
+# The signal function reads a binding, the owner or one task by key and never queries.
+DELIVER_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+INDEX_ACTIONS = ("dynamodb:Query",)
+OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject")
+SEND_ACTIONS = ("sqs:SendMessage",)
 SCHEDULE_ACTIONS = (
     "scheduler:CreateSchedule",
     "scheduler:UpdateSchedule",
     "scheduler:DeleteSchedule",
-    "scheduler:GetSchedule",
 )
-# What bide.aws.dynamodb and the signal/API services call (TransactWriteItems is authorised
-# per contained Put/Update/Delete/ConditionCheck; TransactGetItems per GetItem). No Scan,
-# no DescribeTable, no streams.
-TABLE_ACTIONS = (
-    "dynamodb:GetItem",
-    "dynamodb:BatchGetItem",
-    "dynamodb:Query",
-    "dynamodb:ConditionCheckItem",
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:DeleteItem",
-    "dynamodb:BatchWriteItem",
-)
-# Every function commits through bide.aws.dynamodb, which writes any record over its offload
-# threshold (64 KiB of JSON) to S3 before the transaction: the worker's results, the signal
-# function's delivered values (webhook bodies may be 256 KiB), the API's submissions. Objects
-# are content-addressed and never deleted or listed, so Get and Put are all anyone needs.
-OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject")
+KEY_ACTIONS = ("secretsmanager:GetSecretValue",)
+#: resource -> actions, for each function (``index`` is the table's live index).
+FUNCTION_GRANTS: dict[str, dict[str, tuple[str, ...]]] = {
+    c.FUNCTION_WORKER: {
+        "table": TABLE_ACTIONS,
+        "index": INDEX_ACTIONS,
+        "objects": OBJECT_ACTIONS,
+        "queue": SEND_ACTIONS,
+        "dead_letters": SEND_ACTIONS,
+        "schedules": SCHEDULE_ACTIONS,
+        "webhook_key": KEY_ACTIONS,
+    },
+    c.FUNCTION_SIGNAL: {
+        "table": DELIVER_ACTIONS,
+        "objects": OBJECT_ACTIONS,
+        "queue": SEND_ACTIONS,
+        "webhook_key": KEY_ACTIONS,
+    },
+    c.FUNCTION_API: {
+        "table": TABLE_ACTIONS,
+        "index": INDEX_ACTIONS,
+        "objects": OBJECT_ACTIONS,
+        "queue": SEND_ACTIONS,
+        "webhook_key": KEY_ACTIONS,
+    },
+}
 
 
 class Functions:
@@ -86,6 +111,7 @@ class Functions:
         tracing: bool,
         storage: Storage,
         wake: WakePath,
+        webhook_key: secretsmanager.ISecret,
         worker_timeout: cdk.Duration,
         worker_memory_size: int,
         handler_memory_size: int,
@@ -100,6 +126,7 @@ class Functions:
         self._tracing = tracing
         self._storage = storage
         self._wake = wake
+        self._webhook_key = webhook_key
         requirements = runtime_requirements(source_root, tracing=tracing, extra=extra_requirements)
         constraints = (
             installed_constraints(requirements)
@@ -147,11 +174,12 @@ class Functions:
         self.signal_function = function(c.FUNCTION_SIGNAL, SIGNAL_TIMEOUT, handler_memory_size)
         self.api_function = function(c.FUNCTION_API, API_TIMEOUT, handler_memory_size)
 
+        for name, fn in (
+            (c.FUNCTION_SIGNAL, self.signal_function),
+            (c.FUNCTION_API, self.api_function),
+        ):
+            self._grant(name, fn)
         self._grant_worker()
-        for fn in (self.signal_function, self.api_function):
-            self._grant_table(fn)
-            self._grant_objects(fn)
-            self._grant_send(fn)
 
     @property
     def all(self) -> tuple[lambda_.Function, lambda_.Function, lambda_.Function]:
@@ -213,35 +241,28 @@ class Functions:
             ),
         )
 
-    def _grant_table(self, fn: lambda_.Function) -> None:
-        table = self._storage.table
-        indexes = [f"{table.table_arn}/index/{name}" for name in self._storage.indexes]
-        fn.add_to_role_policy(
-            iam.PolicyStatement(actions=list(TABLE_ACTIONS), resources=[table.table_arn, *indexes])
-        )
+    def _resources(self, kind: str) -> list[str]:
+        table, wake = self._storage.table, self._wake
+        return {
+            "table": lambda: [table.table_arn],
+            "index": lambda: [f"{table.table_arn}/index/{name}" for name in self._storage.indexes],
+            "objects": lambda: [self._storage.bucket.arn_for_objects("*")],
+            "queue": lambda: [wake.queue.queue_arn],
+            "dead_letters": lambda: [wake.dead_letter_queue.queue_arn],
+            "schedules": lambda: [wake.schedules_arn],
+            "webhook_key": lambda: [self._webhook_key.secret_arn],
+        }[kind]()
 
-    def _grant_objects(self, fn: lambda_.Function) -> None:
-        fn.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=list(OBJECT_ACTIONS), resources=[self._storage.bucket.arn_for_objects("*")]
+    def _grant(self, name: str, fn: lambda_.Function) -> None:
+        """Exactly :data:`FUNCTION_GRANTS`' actions for ``name``, each on its resource."""
+        for kind, actions in FUNCTION_GRANTS[name].items():
+            fn.add_to_role_policy(
+                iam.PolicyStatement(actions=list(actions), resources=self._resources(kind))
             )
-        )
-
-    def _grant_send(self, fn: lambda_.Function) -> None:
-        fn.add_to_role_policy(
-            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self._wake.queue.queue_arn])
-        )
 
     def _grant_worker(self) -> None:
         worker, wake = self.worker, self._wake
-        self._grant_table(worker)
-        self._grant_objects(worker)
-        self._grant_send(worker)
-        worker.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["sqs:SendMessage"], resources=[wake.dead_letter_queue.queue_arn]
-            )
-        )
+        self._grant(c.FUNCTION_WORKER, worker)
         # Consuming: the event source grants receive/delete/change-visibility on this queue
         # (the worker shortens a failed wake's visibility with ChangeMessageVisibility).
         worker.add_event_source(
@@ -253,9 +274,6 @@ class Functions:
                 # burst of wakes (or a runaway loop) can cost.
                 max_concurrency=self._worker_max_concurrency,
             )
-        )
-        worker.add_to_role_policy(
-            iam.PolicyStatement(actions=list(SCHEDULE_ACTIONS), resources=[wake.schedules_arn])
         )
         worker.add_to_role_policy(
             iam.PolicyStatement(

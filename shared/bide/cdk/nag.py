@@ -33,10 +33,15 @@ SCHEDULES_REASON = (
 )
 WEBHOOK_REASON = (
     "Capability webhook: the path's unguessable token "
-    f"({WEBHOOK_TOKEN_BYTES * 8} random bits) is the credential, "
+    f"({WEBHOOK_TOKEN_BYTES * 8}-bit HMAC under the deployment's key) is the credential, "
     "resolved by the signal function to one session/task/signal/key; callers such as CI "
-    "systems and SaaS webhooks cannot sign SigV4. The stage is throttled and its access log "
-    "records the route key, never the path with the token."
+    "systems and SaaS webhooks cannot sign SigV4. The route has its own throttle and the "
+    "access log records the route key, never the path with the token."
+)
+WEBHOOK_KEY_REASON = (
+    "The webhook key is rotated by hand, not by a rotation function: a rotation must keep the "
+    "old key in the secret's 'previous' list while webhooks minted under it live (automatic "
+    "rotation would replace it and silently end every live webhook); docs/deploy.md says how."
 )
 XRAY_REASON = (
     "X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level permissions; "
@@ -91,3 +96,4 @@ def acknowledge_service(service: BideService) -> None:
     acknowledge(service.worker.role, schedules, SCHEDULES_REASON)
     acknowledge(service.webhook_route, "AwsSolutions-APIG4", WEBHOOK_REASON)
     acknowledge(service.schedule_dead_letter_queue, "AwsSolutions-SQS3", SCHEDULE_DLQ_REASON)
+    acknowledge(service.webhook_key, "AwsSolutions-SMG4", WEBHOOK_KEY_REASON)

@@ -39,6 +39,7 @@ from ..engine.errors import BideError
 from ..engine.ids import IdSource, RandomIds
 from ..engine.store.sqlite import SQLiteStore
 from ..service.deps import Deps
+from ..tools.webhook_keys import StaticWebhookKeys
 from .alarms import LocalAlarms
 from .console import Console, ProgressLog
 from .db import LocalDb
@@ -46,6 +47,7 @@ from .events import LocalContext, Route, find_route, http_api_event
 from .queue import LocalWakeQueue
 from .redrive import LocalDeadLetters
 from .server import MAX_BODY_BYTES, HttpRequest, HttpResponse, HttpServer
+from .webhook_keys import local_keys
 
 log = logging.getLogger("bide.local")
 
@@ -95,6 +97,8 @@ class LocalStack:
         self._store: SQLiteStore | None = None
         self._db: LocalDb | None = None
         self._lock_file: IO[str] | None = None
+        self.webhook_keys: StaticWebhookKeys | None = None
+        """The key webhook tokens are derived under (``<db>.webhook-key``), once started."""
         self._tasks: list[asyncio.Task[None]] = []
         self._request_ids = itertools.count(1)
         self.progress = ProgressLog(self.clock)
@@ -124,6 +128,7 @@ class LocalStack:
         # No await from here to the end: requests accepted since the bind are served only
         # once this coroutine yields, and by then the handlers' dependencies exist.
         assert self._store is not None and self._db is not None
+        assert self.webhook_keys is not None
         queue = LocalWakeQueue(self._db, self.clock, exact=self.exact)
         alarms = LocalAlarms(
             self._db, queue, self.clock, exact=self.exact, seed=self.seed, ids=self.ids
@@ -140,6 +145,7 @@ class LocalStack:
             sleep=self.sleep,
             dead_letters=LocalDeadLetters(self._db, self.clock),
             max_receive_count=queue.max_receives,
+            webhook_keys=self.webhook_keys,
         )
         # This process holds the file's lock, so wakes taken by an earlier process were
         # abandoned when it died: hand them out again now rather than after a timeout.
@@ -157,6 +163,8 @@ class LocalStack:
             self._lock_file = _lock(self.db_path)
         self._store = SQLiteStore(self.db_path)
         self._db = LocalDb(self.db_path)
+        # Beside the file, never in it: a copy of the database is not a copy of the key.
+        self.webhook_keys = local_keys(self.db_path)
 
     async def close(self) -> None:
         """Stop serving, let running workers finish (up to a grace period; any still running

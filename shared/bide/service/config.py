@@ -2,7 +2,9 @@
 and the :class:`~bide.service.deps.Deps` built from them.
 
 Every function needs ``BIDE_APP``, ``BIDE_TABLE``, ``BIDE_BUCKET`` and
-``BIDE_WAKE_QUEUE_URL``. The scheduler variables (``BIDE_WAKE_QUEUE_ARN``,
+``BIDE_WAKE_QUEUE_URL``; minting or checking a webhook also needs ``BIDE_WEBHOOK_KEY_SECRET``
+(the Secrets Manager secret holding the key webhook tokens are derived under:
+:mod:`bide.aws.webhook_keys`). The scheduler variables (``BIDE_WAKE_QUEUE_ARN``,
 ``BIDE_SCHEDULE_GROUP``, ``BIDE_SCHEDULER_ROLE_ARN``) come together or not at all; only the
 worker arms alarms, so only the worker requires them (``deps_from_env(require_alarms=True)``).
 AWS clients are created on first use and once per process: a function that never arms an
@@ -35,6 +37,7 @@ from ..constants import (
     ENV_TABLE,
     ENV_TRACING,
     ENV_WEBHOOK_BASE_URL,
+    ENV_WEBHOOK_KEY_SECRET,
 )
 from ..engine.errors import BideError
 from .deps import Deps
@@ -56,6 +59,10 @@ _ENV: dict[str, tuple[str, str]] = {
     "max_receive_count": (ENV_MAX_RECEIVE_COUNT, "the wake queue's maxReceiveCount (1-1000)"),
     "admin_principals": (ENV_ADMIN_PRINCIPALS, "comma-separated IAM principal ARNs"),
     "schedule_dlq_arn": (ENV_SCHEDULE_DLQ_ARN, "the ARN of the schedules' standard SQS DLQ"),
+    "webhook_key_secret": (
+        ENV_WEBHOOK_KEY_SECRET,
+        "the Secrets Manager secret (name or ARN) holding the webhook key",
+    ),
 }
 _ALARM_FIELDS = ("queue_arn", "schedule_group", "scheduler_role_arn")
 
@@ -86,6 +93,8 @@ class Settings(BaseModel):
     admin_principals: str = Field(default="", pattern=r"^(arn:[^,\s]+)?(\s*,\s*arn:[^,\s]+)*$")
     # A standard queue: Scheduler refuses a FIFO dead-letter queue.
     schedule_dlq_arn: str | None = Field(default=None, pattern=r"^arn:[\w-]+:sqs:[\w:-]+$")
+    # Secrets Manager takes a name (1-512 of these characters) or an ARN.
+    webhook_key_secret: str | None = Field(default=None, max_length=2048, pattern=r"^[\w/+=.@:-]+$")
 
     @model_validator(mode="after")
     def _alarms_all_or_nothing(self) -> Self:
@@ -179,6 +188,19 @@ def _new_client(service: str, *, sdk_retries: bool) -> Any:
     return boto3.client(service, config=config)  # type: ignore[call-overload]
 
 
+class _WebhookKeysNotConfigured:
+    """Stands in for the webhook key when no secret is configured: minting or checking a
+    webhook then fails, saying which variable to set (the stack always sets it)."""
+
+    def current(self) -> bytes:
+        """Refuse: no webhook key secret is configured."""
+        raise ConfigError(f"webhooks need a key: set {ENV_WEBHOOK_KEY_SECRET}")
+
+    def accepted(self) -> list[bytes]:
+        """Refuse: no webhook key secret is configured."""
+        raise ConfigError(f"webhooks need a key: set {ENV_WEBHOOK_KEY_SECRET}")
+
+
 class _AlarmsNotConfigured:
     """Stands in for the Scheduler in functions that never arm (signal, api)."""
 
@@ -208,6 +230,7 @@ def deps_from_env(
     from ..aws.dynamodb import DynamoDBStore
     from ..aws.scheduler import SchedulerAlarms
     from ..aws.sqs import SqsDeadLetters, SqsWakeQueue
+    from ..aws.webhook_keys import SecretsManagerWebhookKeys
     from ..engine.ids import RandomIds
     from .observability import ObservedStore
 
@@ -232,6 +255,9 @@ def deps_from_env(
             ids=ids,
             dead_letter_arn=settings.schedule_dlq_arn,
         )
+    keys: Any = _WebhookKeysNotConfigured()
+    if settings.webhook_key_secret is not None:
+        keys = SecretsManagerWebhookKeys(settings.webhook_key_secret, LazyClient("secretsmanager"))
     try:
         app = load_app(settings.app)
     except BideError as exc:
@@ -250,4 +276,5 @@ def deps_from_env(
         ),
         max_receive_count=settings.max_receive_count,
         admin_principals=parse_admins(settings.admin_principals),
+        webhook_keys=keys,
     )

@@ -13,6 +13,7 @@ from ..constants import WORKER_LEASE_SECONDS
 from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
 from ..engine.store.base import Store
+from ..tools.webhook_keys import WEBHOOK_KEYS_SERVICE, WebhookKeys, process_keys
 
 
 @dataclass
@@ -40,7 +41,15 @@ class Deps:
     lease_seconds: float | None = WORKER_LEASE_SECONDS
     """How long a worker run holds the tasks it runs (the engine's lease): a duplicate
     delivery of the wake leaves them alone meanwhile. None: no lease (takeover at once)."""
+    webhook_keys: WebhookKeys = field(default_factory=process_keys)
+    """The deployment key webhook tokens are derived under (:mod:`bide.tools.webhook_keys`):
+    the functions read it from Secrets Manager, the local stack from its key file. The default,
+    this process's random key, suits tests only."""
 
     def harness_services(self) -> dict[str, Any]:
         """What tasks may read through ``rt.services``."""
-        return {"webhook_base_url": self.webhook_base_url, **self.services}
+        return {
+            "webhook_base_url": self.webhook_base_url,
+            WEBHOOK_KEYS_SERVICE: self.webhook_keys,
+            **self.services,
+        }

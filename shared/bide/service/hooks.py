@@ -1,18 +1,19 @@
 """A session's live webhook URLs, read back from the memos of its live tasks.
 
-Minting keeps the webhook's secret in the minting task's memos, so the URL can be rebuilt
-without storing it anywhere else:
+Minting keeps the webhook's nonce (not a secret) in the minting task's memos; the token is
+derived from the binding under the deployment's key (:mod:`bide.tools.webhook_keys`), so it
+is stored nowhere and rebuilt here:
 
-* a tool's :func:`~bide.tools.webhooks.mint_webhook` memoizes it as
+* a tool's :func:`~bide.tools.webhooks.mint_webhook` memoizes the nonce as
   ``bide.webhook.<signal>/<key>`` (one value goes to that key);
 * a workflow's ``await ctx.webhook()`` records it in its operation memo ``wf.<n>``
-  (``{"op": "webhook", "secret": ...}``) and binds the URL once the operation resolved
+  (``{"op": "webhook", "nonce": ...}``) and binds the URL once the operation resolved
   (``wf.<n>.r``); request ``i`` goes to key ``wf.<n>.<i>`` of the workflow webhook signal.
 
 Memos end with their task, so every URL listed here is one a live task still listens on. The
-URL is built with the server's webhook base URL of now (the one that reaches it today), from
-the same token the task handed out. Only webhooks whose binding document exists are listed:
-that is what the webhook route checks.
+URL is built with the server's webhook base URL of now (the one that reaches it today) and
+the current key (after a key rotation, the new token of the same webhook). Only webhooks
+whose binding document exists are listed: that is what the webhook route checks.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from ..engine.delivery import STREAM_SUFFIX
 from ..engine.harness import Harness
 from ..engine.records import TaskRecord
 from ..engine.signals import slot_name
-from ..tools.webhooks import WEBHOOK_MEMO_PREFIX, WebhookBinding, binding_key, make_token
+from ..tools.webhook_keys import WebhookKeys
+from ..tools.webhooks import WEBHOOK_MEMO_PREFIX, WebhookBinding, binding_key, token_of
 from ..workflow.history import WEBHOOK, result_memo
 
 _WORKFLOW_OP = "wf."
@@ -48,7 +50,7 @@ def _received(record: TaskRecord, signal: str, key: str) -> int:
 
 
 def _minted(record: TaskRecord) -> list[tuple[str, str | None]]:
-    """``(secret, workflow operation name or None)`` of every webhook the task minted."""
+    """``(nonce, workflow operation name or None)`` of every webhook the task minted."""
     found: list[tuple[str, str | None]] = []
     for name, value in sorted(record.memos.items()):
         if name.startswith(WEBHOOK_MEMO_PREFIX) and isinstance(value, str):
@@ -58,30 +60,31 @@ def _minted(record: TaskRecord) -> list[tuple[str, str | None]]:
             and name[len(_WORKFLOW_OP) :].isdigit()
             and isinstance(value, dict)
             and value.get("op") == "webhook"
-            and isinstance(value.get("secret"), str)
+            and isinstance(value.get("nonce"), str)
             and result_memo(int(name[len(_WORKFLOW_OP) :])) in record.memos
         ):
-            found.append((value["secret"], str(value.get("name") or "webhook")))
+            found.append((value["nonce"], str(value.get("name") or "webhook")))
     return found
 
 
-def live_webhooks(harness: Harness, base_url: str) -> list[dict[str, Any]]:
+def live_webhooks(harness: Harness, base_url: str, keys: WebhookKeys) -> list[dict[str, Any]]:
     """Every webhook URL a live task of the attached ``harness``'s session listens on, in
     task creation order: ``url``, ``task_id``, ``tool`` (the tool whose call minted it, when
     known), ``signal`` and ``key`` it delivers to, ``source`` (``tool`` or ``workflow``),
     ``name`` (a workflow webhook's operation name), ``signed`` (requests need an HMAC
-    signature) and ``received`` (requests taken so far)."""
+    signature) and ``received`` (requests taken so far). Tokens are derived under ``keys``'
+    current key."""
     base = base_url.rstrip("/")
     hooks: list[dict[str, Any]] = []
     for record in sorted(harness.live_tasks.values(), key=lambda r: (r.created_at, r.id)):
-        for secret, op_name in _minted(record):
-            found = harness.get_doc(binding_key(secret))
+        for nonce, op_name in _minted(record):
+            found = harness.get_doc(binding_key(nonce))
             if found is None:
                 continue
             binding = WebhookBinding.model_validate(found)
-            if binding.task_id != record.id:
+            if binding.task_id != record.id or binding.nonce != nonce:
                 continue
-            token = make_token(harness.session_id, secret)
+            token = token_of(binding, keys)
             hooks.append(
                 {
                     "url": f"{base}/hooks/{token}",

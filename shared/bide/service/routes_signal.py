@@ -115,10 +115,13 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
         except (NotAllowed, NoPrincipal) as exc:
             raise WebhookRejected(403, str(exc)) from None
         value = parse_json_body(body, headers.get("content-type"))
+        # Only the app's answer about the caller's signal name is the caller's to read: a
+        # DefinitionError from anywhere else (the store, the engine) is a 500 with fixed text.
         try:
-            decision = deliver(current, session_id, task_id, signal, key, value)
+            current.app.signal_token(signal)
         except DefinitionError as exc:
             raise WebhookRejected(404, str(exc)) from None
+        decision = deliver(current, session_id, task_id, signal, key, value)
         return delivered("signal", decision, session_id, task_id)
 
     def wrong_method(method: str, template: str) -> Callable[[], Response[Any]]:

@@ -268,11 +268,11 @@ async def view(deps: Deps, session_id: str) -> dict[str, Any]:
         "submissions": submissions.items,
         "submissions_next": submissions.next,
         "submissions_more": submissions.more,
-        "webhooks": live_webhooks(harness, deps.webhook_base_url),
+        "webhooks": live_webhooks(harness, deps.webhook_base_url, deps.webhook_keys),
     }
 
 
 async def hooks(deps: Deps, session_id: str) -> list[dict[str, Any]]:
     """The webhook URLs the session's live tasks listen on (see :mod:`bide.service.hooks`)."""
     harness, _ = await _attach(deps, session_id)
-    return live_webhooks(harness, deps.webhook_base_url)
+    return live_webhooks(harness, deps.webhook_base_url, deps.webhook_keys)

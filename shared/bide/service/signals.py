@@ -11,7 +11,7 @@ from ..engine.errors import DefinitionError
 from ..engine.limits import ValueRefused
 from ..engine.rules import SignalDecision
 from ..engine.signals import SignalResult
-from ..tools.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token, verify
+from ..tools.webhooks import WebhookBinding, WebhookRejected, resolve, verify
 from .deps import Deps
 from .json_body import JsonRefused, strict_json
 
@@ -69,11 +69,13 @@ def deliver_webhook(
 ) -> tuple[SignalDecision, WebhookBinding]:
     """Check a webhook request and deliver its body. Raises :class:`WebhookRejected` for an
     unknown token, a bad signature, an oversized, mistyped or malformed body."""
-    session_id, secret = parse_token(token)
-    found = deps.store.get_doc(session_id, binding_key(secret))
-    if found is None:
-        raise WebhookRejected(404, "unknown webhook")
-    binding = WebhookBinding.model_validate(found.body)
+
+    def find(session_id: str, key: str) -> Any:
+        found = deps.store.get_doc(session_id, key)
+        return None if found is None else found.body
+
+    binding = resolve(token, find, deps.webhook_keys)
+    session_id = binding.session_id
     lowered = {k.lower(): v for k, v in headers.items()}
     if len(body) > MAX_WEBHOOK_BODY_BYTES:  # before any work on it
         raise WebhookRejected(

@@ -5,26 +5,37 @@ The capability is not transport: its tokens, bindings and signatures live in
 import path the services, the functions and users' apps have always used.
 """
 
+from ..tools.webhook_keys import StaticWebhookKeys, WebhookKeys, keys_of, process_keys
 from ..tools.webhooks import (
     Webhook,
     WebhookBinding,
     WebhookRejected,
     binding_key,
+    derive_mac,
     make_token,
     mint_webhook,
     parse_token,
+    resolve,
     sign,
+    token_of,
     verify,
 )
 
 __all__ = [
+    "StaticWebhookKeys",
     "Webhook",
     "WebhookBinding",
+    "WebhookKeys",
     "WebhookRejected",
     "binding_key",
+    "derive_mac",
+    "keys_of",
     "make_token",
     "mint_webhook",
     "parse_token",
+    "process_keys",
+    "resolve",
     "sign",
+    "token_of",
     "verify",
 ]

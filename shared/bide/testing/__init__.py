@@ -23,7 +23,8 @@ from ..engine.records import TaskRecord
 from ..engine.rules import SignalDecision
 from ..engine.store.base import Doc, Store
 from ..engine.store.wrapper import StoreWrapper
-from ..tools.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token, verify
+from ..tools.webhook_keys import keys_of
+from ..tools.webhooks import WebhookRejected, resolve, verify
 
 
 async def deliver_webhook(
@@ -37,15 +38,21 @@ async def deliver_webhook(
     """POST ``body`` (any JSON value) to ``url``, a webhook minted in ``harness``'s session,
     as the webhook route would: the URL's token must be bound, a signed binding needs
     ``headers`` (``X-Bide-Timestamp``, ``X-Bide-Signature`` over ``json.dumps(body)``), and
-    the signal must be one of ``app``'s. Raises
+    the signal must be one of ``app``'s (the token is checked under the harness's
+    ``webhook_keys`` service, or this process's key when it has none). Raises
     :class:`~bide.tools.webhooks.WebhookRejected` (with the route's status) otherwise; the
     decision says ``delivered``, ``duplicate``, ``invalid`` (and which fields failed) or
     ``closed``. Run the harness afterwards to resume the task."""
-    session_id, secret = parse_token(url.rstrip("/").rsplit("/", 1)[-1])
-    found = harness.get_doc(binding_key(secret)) if session_id == harness.session_id else None
-    if found is None:
-        raise WebhookRejected(404, f"unknown webhook in session {harness.session_id!r}: {url}")
-    binding = WebhookBinding.model_validate(found)
+
+    def find(session_id: str, key: str) -> Any:
+        return harness.get_doc(key) if session_id == harness.session_id else None
+
+    try:
+        binding = resolve(url.rstrip("/").rsplit("/", 1)[-1], find, keys_of(harness.services))
+    except WebhookRejected:
+        raise WebhookRejected(
+            404, f"unknown webhook in session {harness.session_id!r}: {url}"
+        ) from None
     lowered = {k.lower(): v for k, v in (headers or {}).items()}
     verify(binding, lowered, json.dumps(body).encode(), harness.clock.now())
     try:

@@ -5,11 +5,14 @@ The capability itself, not its transport: tokens, binding documents, signatures,
 ``ctx.webhook()`` (:mod:`bide.workflow`), and every host that delivers a request (the signal
 function, the local stack, :func:`bide.workflow.post_webhook`) checks it with the same code.
 
-A token is ``<session id, base64url>.<secret>`` with a secret of 192 random bits; the
-session's binding document is keyed by the secret's SHA-256, so the binding never holds the
-secret. (The minting call memoizes the secret, so a rerun hands out the same URL; memos end
-with the call.) A binding may require an
-HMAC-SHA256 signature over ``"<timestamp>.<body>"`` with a timestamp window.
+A token is ``<session id, base64url>.<nonce>.<mac>``. The nonce (128 random bits, memoized by
+the minting call so a rerun hands out the same URL) names the session's binding document
+``hook/<nonce>``; the mac is :func:`derive_mac`, an HMAC-SHA256 under the deployment's key
+(:mod:`bide.tools.webhook_keys`) of everything the binding says: session, task, signal, key
+and nonce, truncated to 192 bits. Nothing the store holds is a token: the mac is never
+written, and checking a request recomputes it from the stored binding and compares in
+constant time. A binding may also require an HMAC-SHA256 signature over
+``"<timestamp>.<body>"`` with a timestamp window (the sender's secret, which the tool chose).
 """
 
 from __future__ import annotations
@@ -17,36 +20,50 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
+import re
 import secrets
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from ..constants import WEBHOOK_SIGNATURE_WINDOW_SECONDS, WEBHOOK_TOKEN_BYTES
 from ..engine.signals import SignalToken
+from .webhook_keys import WebhookKeys, keys_of
 
 if TYPE_CHECKING:
     from .api import ToolExecutionApi
 
 
 WEBHOOK_MEMO_PREFIX = "bide.webhook."
-"""A tool's minted secret is memoized as ``bide.webhook.<signal>/<key>`` (the sessions API
+"""A tool's webhook nonce is memoized as ``bide.webhook.<signal>/<key>`` (the sessions API
 lists live webhooks from these memos: :mod:`bide.service.hooks`)."""
+
+#: A nonce: lowercase hex, 128 bits for new webhooks (up to 256 accepted).
+NONCE_PATTERN = re.compile(r"[0-9a-f]{32,64}")
+NONCE_BYTES = 16
+_MAC_CHARS = WEBHOOK_TOKEN_BYTES * 2
+_MAC_PATTERN = re.compile(rf"[0-9a-f]{{{_MAC_CHARS}}}")
+_UNKNOWN = "unknown webhook"
 
 
 class WebhookBinding(BaseModel):
-    """Where a webhook's body goes, and how its sender proves itself."""
+    """Where a webhook's body goes, and how its sender proves itself. ``nonce`` names the
+    binding; together with the rest it is what the token's mac is derived from."""
 
     session_id: str
     task_id: str
     signal: str
     key: str
+    nonce: str = ""
     hmac_secret: str | None = None
     window_seconds: int = WEBHOOK_SIGNATURE_WINDOW_SECONDS
 
 
 class Webhook(BaseModel):
-    """A minted webhook: the URL to hand out and its token."""
+    """A minted webhook: the URL to hand out and its token (a credential: bide never stores
+    it; do not put it in a result, checkpoint or document either)."""
 
     url: str
     token: str
@@ -61,27 +78,80 @@ class WebhookRejected(Exception):
         self.message = message
 
 
-def binding_key(secret: str) -> str:
-    """The document key of a binding: the secret itself is never stored."""
-    return "hook/" + hashlib.sha256(secret.encode()).hexdigest()
+def new_nonce() -> str:
+    """A fresh nonce for a webhook (random: it only has to be unique in its session)."""
+    return secrets.token_hex(NONCE_BYTES)
 
 
-def make_token(session_id: str, secret: str) -> str:
-    """``<session>.<secret>`` with the session id base64url-encoded (no padding)."""
+def binding_key(nonce: str) -> str:
+    """The document key of a webhook's binding (the nonce is not a secret)."""
+    return "hook/" + nonce
+
+
+def derive_mac(key: bytes, binding: WebhookBinding) -> str:
+    """The token's secret part: HMAC-SHA256 under ``key`` of the binding's identity (a JSON
+    array, so no two identities share an encoding), as hex truncated to 192 bits."""
+    identity = json.dumps(
+        ["bide.webhook.v1", binding.session_id, binding.task_id, binding.signal, binding.key,
+         binding.nonce],
+        separators=(",", ":"),
+    )  # fmt: skip
+    return hmac.new(key, identity.encode(), hashlib.sha256).hexdigest()[:_MAC_CHARS]
+
+
+def make_token(session_id: str, nonce: str, mac: str) -> str:
+    """``<session>.<nonce>.<mac>`` with the session id base64url-encoded (no padding)."""
     encoded = base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
-    return f"{encoded}.{secret}"
+    return f"{encoded}.{nonce}.{mac}"
 
 
-def parse_token(token: str) -> tuple[str, str]:
-    """The session id and secret in a token; raises :class:`WebhookRejected` (404)."""
-    encoded, dot, secret = token.partition(".")
-    if not dot or not encoded or len(secret) < 32:
-        raise WebhookRejected(404, "unknown webhook")
+def token_of(binding: WebhookBinding, keys: WebhookKeys) -> str:
+    """The token of ``binding`` under the current key (what is handed out and listed)."""
+    return make_token(binding.session_id, binding.nonce, derive_mac(keys.current(), binding))
+
+
+def parse_token(token: str) -> tuple[str, str, str]:
+    """The session id, nonce and mac in a token; raises :class:`WebhookRejected` (404)."""
+    encoded, nonce, mac = [*token.split("."), "", ""][:3]
+    if (
+        token.count(".") != 2
+        or not encoded
+        or not NONCE_PATTERN.fullmatch(nonce)
+        or not _MAC_PATTERN.fullmatch(mac)
+    ):
+        raise WebhookRejected(404, _UNKNOWN)
     try:
         session_id = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
     except (ValueError, UnicodeDecodeError):
-        raise WebhookRejected(404, "unknown webhook") from None
-    return session_id, secret
+        raise WebhookRejected(404, _UNKNOWN) from None
+    return session_id, nonce, mac
+
+
+def resolve(
+    token: str, find: Callable[[str, str], Mapping[str, Any] | None], keys: WebhookKeys
+) -> WebhookBinding:
+    """The binding ``token`` is for: ``find(session_id, doc_key)`` reads the session's binding
+    document, and the token's mac must be the one derived from it under one of ``keys``'
+    accepted keys (compared in constant time). Raises :class:`WebhookRejected` (404, the same
+    answer for every way a token can be wrong)."""
+    session_id, nonce, mac = parse_token(token)
+    found = find(session_id, binding_key(nonce))
+    if found is None:
+        raise WebhookRejected(404, _UNKNOWN)
+    try:
+        binding = WebhookBinding.model_validate(found)
+    except ValidationError:
+        raise WebhookRejected(404, _UNKNOWN) from None
+    if binding.session_id != session_id or binding.nonce != nonce:
+        raise WebhookRejected(404, _UNKNOWN)
+    # Every accepted key is tried, not the first that matches: the time taken does not say
+    # which key (or whether any) matched.
+    matched = False
+    for key in keys.accepted():
+        matched |= hmac.compare_digest(derive_mac(key, binding), mac)
+    if not matched:
+        raise WebhookRejected(404, _UNKNOWN)
+    return binding
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -123,19 +193,21 @@ async def mint_webhook(
 ) -> Webhook:
     """For a tool (``api`` is its :class:`~bide.tools.ToolExecutionApi`): a webhook that
     delivers its JSON body as ``token``'s signal under ``key`` to this call. A rerun gets the
-    same URL (memoized). Uses only the public API of ``api``: its session and task ids, a
-    memo, a write and the host's ``webhook_base_url`` service."""
-    secret = await api.memo(
-        f"{WEBHOOK_MEMO_PREFIX}{token.name}/{key}", secrets.token_hex(WEBHOOK_TOKEN_BYTES)
-    )
+    same URL (the nonce is memoized; the key is the host's ``webhook_keys`` service). Uses only
+    the public API of ``api``: its session and task ids, a memo, a write and the host's
+    ``webhook_base_url`` and ``webhook_keys`` services."""
+    nonce = await api.memo(f"{WEBHOOK_MEMO_PREFIX}{token.name}/{key}", new_nonce())
     binding = WebhookBinding(
         session_id=api.session_id,
         task_id=api.task_id,
         signal=token.name,
         key=key,
+        nonce=str(nonce),
         hmac_secret=hmac_secret,
     )
-    await api.write(lambda tx: tx.put_doc(binding_key(secret), binding.model_dump(mode="json")))
+    await api.write(
+        lambda tx: tx.put_doc(binding_key(binding.nonce), binding.model_dump(mode="json"))
+    )
     base = str(api.services.get("webhook_base_url", "")).rstrip("/")
-    hook_token = make_token(api.session_id, secret)
+    hook_token = token_of(binding, keys_of(api.services))
     return Webhook(url=f"{base}/hooks/{hook_token}", token=hook_token)

@@ -15,7 +15,8 @@ from typing import Any
 from ..engine.harness import Draft, Harness
 from ..engine.rules import decide_signal
 from ..engine.signals import SignalResult
-from ..tools.webhooks import WebhookBinding, WebhookRejected, binding_key, parse_token
+from ..tools.webhook_keys import keys_of
+from ..tools.webhooks import WebhookRejected, resolve
 from .auth import providers_of, resolved
 from .history import WEBHOOK
 from .index import background_tasks
@@ -50,13 +51,11 @@ def post_webhook(harness: Harness, url: str, body: Any) -> SignalResult:
     :func:`bide.service.signals.deliver_webhook`). Raises
     :class:`~bide.tools.webhooks.WebhookRejected` for an unknown URL."""
     token = url.rstrip("/").rsplit("/", 1)[-1]
-    session_id, secret = parse_token(token)
-    if session_id != harness.session_id:
-        raise WebhookRejected(404, "unknown webhook")
-    found = harness.get_doc(binding_key(secret))
-    if found is None:
-        raise WebhookRejected(404, "unknown webhook")
-    binding = WebhookBinding.model_validate(found)
+
+    def find(session_id: str, key: str) -> Any:
+        return harness.get_doc(key) if session_id == harness.session_id else None
+
+    binding = resolve(token, find, keys_of(harness.services))
     if binding.signal != WEBHOOK.name:
         raise WebhookRejected(404, "not a workflow webhook")
 

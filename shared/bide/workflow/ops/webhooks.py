@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...engine.signals import SignalExpired, SignalValue
-from ...tools.webhooks import WebhookBinding, binding_key, make_token
+from ...tools.webhook_keys import keys_of
+from ...tools.webhooks import WebhookBinding, binding_key, token_of
 from ..history import WEBHOOK, seq_key
 from .base import Op, Outcome, Pending, Ready
 
@@ -29,32 +30,44 @@ class WebhookOp(Op["Webhook"]):
 
     def params(self) -> dict[str, Any]:
         rt = self._ctx._rt
-        # Two ids of the id source (256 random bits in production). The secret is kept in the
-        # run's own memo; the session's binding document is stored under its hash only.
+        # Two ids of the id source (256 random bits in production), hashed to a nonce: it names
+        # the binding document and is stored; the token's secret part is derived from it under
+        # the deployment's key and stored nowhere (bide.tools.webhooks).
         seed = f"{rt.new_id('')}\x1f{rt.new_id('')}\x1f{rt.task_id}\x1f{self.seq}"
-        return {"secret": hashlib.sha256(seed.encode()).hexdigest()}
+        return {"nonce": hashlib.sha256(seed.encode()).hexdigest()[:32]}
 
     async def poll(self, record: dict[str, Any]) -> Outcome:
-        ctx = self._ctx
-        base = str(ctx._rt.services.get("webhook_base_url", "")).rstrip("/")
-
         def build(tx: Any, winner: dict[str, Any]) -> dict[str, str]:
-            binding = WebhookBinding(
-                session_id=ctx.session_id,
-                task_id=ctx.task_id,
-                signal=WEBHOOK.name,
-                key=seq_key(self.seq) + ".*",  # a stream: request i goes to wf.<seq>.<i>
-            )
-            tx.put_doc(binding_key(winner["secret"]), binding.model_dump(mode="json"))
-            token = make_token(ctx.session_id, winner["secret"])
-            return {"url": f"{base}/hooks/{token}", "token": token}
+            # A run recorded by an earlier version holds a "secret": its hash is a nonce.
+            legacy = hashlib.sha256(str(winner.get("secret")).encode()).hexdigest()[:32]
+            binding = self._binding(winner.get("nonce") or legacy)
+            tx.put_doc(binding_key(binding.nonce), binding.model_dump(mode="json"))
+            # Only the nonce is recorded: the URL is derived again wherever it is needed.
+            return {"nonce": binding.nonce}
 
         return Ready(build=build)
 
+    def _binding(self, nonce: str) -> WebhookBinding:
+        ctx = self._ctx
+        return WebhookBinding(
+            session_id=ctx.session_id,
+            task_id=ctx.task_id,
+            signal=WEBHOOK.name,
+            key=seq_key(self.seq) + ".*",  # a stream: request i goes to wf.<seq>.<i>
+            nonce=nonce,
+        )
+
     async def decode(self, stored: dict[str, Any]) -> Webhook:
         # One handle per webhook: it knows which requests the body already took.
+        if self._handle is None and "nonce" not in stored["v"]:
+            # Recorded by an earlier version (its URL held a stored secret: no longer accepted).
+            v = stored["v"]
+            self._handle = Webhook(self._ctx, self.seq, v["url"], v["token"])
         if self._handle is None:
-            self._handle = Webhook(self._ctx, self.seq, stored["v"]["url"], stored["v"]["token"])
+            services = self._ctx._rt.services
+            base = str(services.get("webhook_base_url", "")).rstrip("/")
+            token = token_of(self._binding(stored["v"]["nonce"]), keys_of(services))
+            self._handle = Webhook(self._ctx, self.seq, f"{base}/hooks/{token}", token)
         return self._handle
 
 
