@@ -82,20 +82,26 @@ class Runaway(BaseException):
     key that wakes its task again and again): fails the run instead of hanging it."""
 
 
+# Where a run can be stopped inside a ``woke`` phase: at its start, after its memo write
+# (durable, first writer wins), or between its ``read_signal`` calls and its first commit.
+STOPS = ("start", "memo", "read")
+
+
 class Trap:
-    """Makes one chosen invocation hang at the start of its phase, to crash mid-run; and
-    counts invocations per run to stop a runaway loop."""
+    """Makes one chosen invocation hang at one of its phase's stopping points (``STOPS``), to
+    crash or race mid-run; and counts invocations per run to stop a runaway loop."""
 
     RUNAWAY = 200  # at most 6 tasks x (start + 4 steps + abort) invocations are legitimate
 
     def __init__(self) -> None:
         self.victim: str | None = None
+        self.point = "start"
         self.hit: asyncio.Event | None = None
         self.hang: asyncio.Future[None] | None = None
         self.calls = 0
 
-    def arm(self, task_id: str) -> None:
-        self.victim = task_id
+    def arm(self, task_id: str, point: str = "start") -> None:
+        self.victim, self.point = task_id, point
         self.hit = asyncio.Event()
         self.hang = asyncio.get_running_loop().create_future()
 
@@ -105,11 +111,12 @@ class Trap:
         if not self.hang.done():
             self.hang.set_result(None)
 
-    async def check(self, task_id: str) -> None:
-        self.calls += 1
+    async def check(self, task_id: str, point: str = "start") -> None:
+        if point == "start":
+            self.calls += 1
         if self.calls > self.RUNAWAY:
             raise Runaway(f"{self.calls} phase invocations in one run (last: {task_id})")
-        if self.victim == task_id:
+        if self.victim == task_id and self.point == point:
             self.victim = None
             assert self.hit is not None and self.hang is not None
             self.hit.set()
@@ -138,6 +145,10 @@ def make_kind(trap: Trap) -> Any:
         cp = task.checkpoint
         step, keys, log = cp["step"], cp["keys"], cp["log"]
         wake = task.wake
+        # The first run of this step that got this far wins; a rerun (after a crash or a
+        # takeover) reads that run's time back.
+        memo = await rt.memo(f"m{step}", rt.now())
+        await trap.check(task.id, "memo")
         reads: dict[str, Any] = {}
         for tok, key in keys:
             state = await rt.read_signal(TOKENS[tok], key)
@@ -147,6 +158,7 @@ def make_kind(trap: Trap) -> Any:
                 reads[slot(tok, key)] = ["expired"]
             else:
                 reads[slot(tok, key)] = None
+        await trap.check(task.id, "read")
         woken = None
         if wake.reason == "signal":
             woken = next(k for k in keys if slot(*k) == f"{wake.signal}/{wake.key}")
@@ -165,7 +177,13 @@ def make_kind(trap: Trap) -> Any:
                 probe = "accepted"
             except InvalidPark:
                 probe = "rejected"
-        entry = {"step": step, "wake": wake.model_dump(), "reads": reads, "probe": probe}
+        entry = {
+            "step": step,
+            "wake": wake.model_dump(),
+            "reads": reads,
+            "probe": probe,
+            "memo": memo,
+        }
         log = [*log, entry]
         if step + 1 < len(plan):
             carried = [k for k in keys if k != woken and reads[slot(*k)] != ["expired"]]
@@ -212,6 +230,8 @@ class MTask:
     outcome: tuple[str, Any] | None = None
     # Every value ever accepted, per slot (for the "never lost or changed" invariant).
     first_values: dict[str, int] = field(default_factory=dict)
+    # Memos the woke phases wrote: ``m<step>`` -> the clock of the first run that wrote it.
+    memos: dict[str, float] = field(default_factory=dict)
     signal_wakes: list[str] = field(default_factory=list)
 
     @property
@@ -308,7 +328,7 @@ class Model:
 
     def end(self, t: MTask, outcome: tuple[str, Any]) -> None:
         event(f"ended: {outcome[0]}")
-        t.status, t.outcome, t.slots = "terminal", outcome, {}
+        t.status, t.outcome, t.slots, t.memos = "terminal", outcome, {}, {}
 
     def sleep(self, t: MTask, step: int, keys: list[list[str]], log: list, now: float) -> None:
         dt = t.plan[step]["dt"]
@@ -340,7 +360,8 @@ class Model:
         if t.wake["reason"] == "signal":
             woken = next(k for k in t.keys if slot(*k) == f"{t.wake['signal']}/{t.wake['key']}")
         probe = "rejected" if t.wake["reason"] in ("signal", "expired") else None
-        entry = {"step": t.step, "wake": t.wake, "reads": reads, "probe": probe}
+        memo = self.write_memo(t, now)
+        entry = {"step": t.step, "wake": t.wake, "reads": reads, "probe": probe, "memo": memo}
         event(f"wake: {t.wake['reason']}")
         log = [*t.log, entry]
         if t.step + 1 < len(t.plan):
@@ -349,6 +370,12 @@ class Model:
         else:
             t.log = log
             self.end(t, ("completed", {"log": log}))
+
+    @staticmethod
+    def write_memo(t: MTask, now: float) -> float:
+        """The woke phase's memo of this step: first writer wins."""
+        assert t.step is not None
+        return t.memos.setdefault(f"m{t.step}", now)
 
     def run_until_parked(self, now: float) -> None:
         # Tasks of this kind never touch each other, so each can be driven on its own.

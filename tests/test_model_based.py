@@ -64,6 +64,7 @@ from model_kit import (
     LEASE,
     RESTART_LIMIT,
     SESSION,
+    STOPS,
     TOKENS,
     UNKNOWN_IDS,
     Model,
@@ -347,13 +348,14 @@ class EngineMachine(RuleBasedStateMachine):
         ends where the model does."""
         self.races += 1
         victim = self.draw_victim(data)
-        event(f"race mid-run: {race} ({victim.status})")
+        stop = self.draw_stop(data, victim)
+        event(f"race mid-run: {race} ({victim.status}, stopped at {stop})")
         now = self.clock.now()
-        seen = self.reserve_all(victim, now)
+        seen = self.reserve_all(victim, now, stop)
         first = self.harness
 
         async def stopped_in_phase() -> asyncio.Future[Wake]:
-            self.trap.arm(victim.id)
+            self.trap.arm(victim.id, stop)
             self.trap.calls = 0
             assert self.trap.hit is not None
             runner = asyncio.ensure_future(first.run_until_parked())
@@ -472,25 +474,42 @@ class EngineMachine(RuleBasedStateMachine):
         event(f"runnable at the stop: {len(runnable)}")
         return data.draw(st.sampled_from(runnable))
 
-    def reserve_all(self, victim: MTask, now: float) -> dict[str, MSlot]:
+    def draw_stop(self, data: st.DataObject, victim: MTask) -> str:
+        """Where the victim's phase stops: a ``woke`` phase anywhere in ``STOPS``; a ``start``
+        phase or an abort handler at its start."""
+        if victim.phase != "woke" or victim.abort_marked:
+            return "start"
+        return data.draw(st.sampled_from(STOPS))
+
+    def reserve_all(self, victim: MTask, now: float, stop: str) -> dict[str, MSlot] | None:
         """The run's first commit reserves every runnable task; the others then run on until
-        parked (the engine runs them concurrently while the victim is stopped). Returns the
-        victim's slots as its phase read them."""
+        parked (the engine runs them concurrently while the victim is stopped). A victim
+        stopped after its memo write wrote it now (durable: a crash or a takeover keeps it).
+
+        Returns the victim's slots as its phase reads them: the record it was reserved with,
+        unless its memo write is still to come; that commit sees (reloads) what other
+        processes wrote meanwhile, so the phase reads the slots as they are then (None)."""
+        memo_to_write = victim.phase == "woke" and f"m{victim.step}" not in victim.memos
         self.model.reserve(victim, now)
         seen = copy.deepcopy(victim.slots)
+        if stop != "start":
+            self.model.write_memo(victim, now)
         self.model.run_until_parked(now)  # the victim's lease is live: it is left alone
-        return seen
+        return None if stop == "start" and memo_to_write else seen
 
     async def others_parked(self, h: Harness, victim: str) -> None:
         """Let the run's other invocations go on until they parked: everything runs on one
         event loop on an in-memory store, so a bounded number of turns reaches quiescence."""
         for _ in range(300):
             await asyncio.sleep(0)
-        for t in self.model.live():
+        for t in self.model.tasks.values():
             record = h.task(t.id)
-            assert record is not None
+            assert record is not None, f"task {t.id} lost"
             if t.id != victim:
-                assert record.state.status != "running", f"task {t.id} still running"
+                # Stopping one phase must not hold the others up: each is where the model
+                # left it (parked or ended) before the victim goes on.
+                got = record.state.status
+                assert got == t.status, f"task {t.id} {got} while a phase is stopped"
 
     @precondition(lambda self: self.crashes < 4 and self.can_stop_a_run())
     @rule(data=st.data(), clean=st.booleans())
@@ -501,16 +520,18 @@ class EngineMachine(RuleBasedStateMachine):
         next harness runs the phase again with the same wake."""
         self.crashes += 1
         victim = self.draw_victim(data)
-        event(f"crash mid-phase ({'close' if clean else 'kill'}, {victim.status})")
-        self.reserve_all(victim, self.clock.now())
-        self.run(self.crash_while_running(victim.id, clean))
+        stop = self.draw_stop(data, victim)
+        how = "close" if clean else "kill"
+        event(f"crash mid-phase ({how}, {victim.status}, stopped at {stop})")
+        self.reserve_all(victim, self.clock.now(), stop)
+        self.run(self.crash_while_running(victim.id, clean, stop))
         if clean:
             self.model.release(victim)
         self.harness = self.open_harness()
         self.model.open(self.clock.now())  # a killed worker's task stays leased
 
-    async def crash_while_running(self, victim: str, clean: bool) -> None:
-        self.trap.arm(victim)
+    async def crash_while_running(self, victim: str, clean: bool, stop: str) -> None:
+        self.trap.arm(victim, stop)
         self.trap.calls = 0
         assert self.trap.hit is not None and self.trap.hang is not None
         runner = asyncio.ensure_future(self.harness.run_until_parked())
@@ -551,6 +572,7 @@ class EngineMachine(RuleBasedStateMachine):
             state = record.state
             assert state.status == t.status, f"{where}: engine has {state.status}"
             assert state.checkpoint == t.checkpoint(), where
+            assert record.memos == t.memos, f"{where}: memos {record.memos}"
             if isinstance(state, Sleeping):
                 assert [[k.signal, k.key] for k in state.signals] == [
                     [TOKENS[tok].name, key] for tok, key in t.keys
