@@ -3,9 +3,6 @@
 The model encodes design 001's tables for signals, sleeps, deadlines, aborts, crashes and
 leases (see the test module's docstring for the list); the task kind sleeps through a plan of
 steps and records what it saw, so the state machine can compare the engine with the model.
-
-Long because: the model's rules are one table of design 001 read top to bottom; split, a
-reader could not check them against the design in one place.
 """
 
 from __future__ import annotations

@@ -2,13 +2,16 @@
 
 A hypothesis state machine drives a real :class:`bide.Harness` on an in-memory SQLite store,
 with a manual clock and sequential ids, and checks it step by step against a small reference
-model written here in plain Python. The model encodes design 001's tables:
+model (``tests/model_kit.py``, with the task kind under test). The model encodes design 001's
+tables:
 
 * ``signal()`` checks, in order: not_found, closed (ended or abort-marked), invalid,
   duplicate (first value kept), closed (key expired, or a sleep on it is past its deadline),
   delivered;
 * a sleep wakes on the first listed key holding an unused value; otherwise at its deadline,
   which expires every listed key without a value (``expired``), or ``time`` without keys;
+* a woke phase's memo is first-writer-wins: a rerun after a crash or a takeover reads the
+  first run's value;
 * the wake consumes its key; sleeping again on a consumed or expired key is refused;
 * early values are kept and wake the later sleep at once; other listed keys stay open;
 * an abort mark closes the task to signals and ends its park at once;
@@ -23,12 +26,16 @@ model written here in plain Python. The model encodes design 001's tables:
 The task kind under test sleeps through a plan of steps. Each step lists new keys (of two
 signal tokens), optionally a deadline, and optionally carries over the keys of the previous
 sleep that are still open. On every wake it records the wake reason, what ``read_signal``
-returned for each listed key, and whether sleeping again on the old key was refused.
+returned for each listed key, its memo, and whether sleeping again on the old key was refused.
+Up to six such tasks live in a session; several are often runnable together, and a run
+reserves them all in one commit and runs their phases concurrently.
 
 Deliveries also travel through a small network that reorders and duplicates them (a value
 sent twice, copies arriving in any order, some through the store alone as another process's
 signal handler would deliver them with :func:`bide.engine.delivery.deliver_signal`). And workers
-race: while one harness's run is stopped inside a phase, another process delivers signals or
+race: while one harness's run is stopped inside one task's phase (at its start, after its memo
+write, or between its ``read_signal`` calls and its commit) and the other tasks of the run
+went on until parked, another process delivers signals or
 aborts a task, or a second harness opens the session (as a duplicate worker would): while
 the lease is live it leaves the running task alone; once time passed the lease it takes the
 task over and runs it; then the first run goes on. Whichever harness did the
@@ -37,9 +44,8 @@ work, the store must end where the model does.
 The default run is CI-sized (2,000 examples); ``BIDE_LONG_PROOF=1`` runs 20,000 longer ones.
 ``CI`` set makes the run deterministic. ``pytest -s`` prints how many examples and steps ran.
 
-Long because: the reference model, the state machine that drives the real harness and
-the invariants it checks are one proof; split, a reader could not check the model against the
-rules it encodes in one place.
+Long because: the state machine that drives the real harness and the invariants it checks
+are one proof; split, a reader could not check each rule's steps against what is asserted.
 """
 
 from __future__ import annotations
