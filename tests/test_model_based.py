@@ -2,13 +2,16 @@
 
 A hypothesis state machine drives a real :class:`bide.Harness` on an in-memory SQLite store,
 with a manual clock and sequential ids, and checks it step by step against a small reference
-model written here in plain Python. The model encodes design 001's tables:
+model (``tests/model_kit.py``, with the task kind under test). The model encodes design 001's
+tables:
 
 * ``signal()`` checks, in order: not_found, closed (ended or abort-marked), invalid,
   duplicate (first value kept), closed (key expired, or a sleep on it is past its deadline),
   delivered;
 * a sleep wakes on the first listed key holding an unused value; otherwise at its deadline,
   which expires every listed key without a value (``expired``), or ``time`` without keys;
+* a woke phase's memo is first-writer-wins: a rerun after a crash or a takeover reads the
+  first run's value;
 * the wake consumes its key; sleeping again on a consumed or expired key is refused;
 * early values are kept and wake the later sleep at once; other listed keys stay open;
 * an abort mark closes the task to signals and ends its park at once;
@@ -23,12 +26,16 @@ model written here in plain Python. The model encodes design 001's tables:
 The task kind under test sleeps through a plan of steps. Each step lists new keys (of two
 signal tokens), optionally a deadline, and optionally carries over the keys of the previous
 sleep that are still open. On every wake it records the wake reason, what ``read_signal``
-returned for each listed key, and whether sleeping again on the old key was refused.
+returned for each listed key, its memo, and whether sleeping again on the old key was refused.
+Up to six such tasks live in a session; several are often runnable together, and a run
+reserves them all in one commit and runs their phases concurrently.
 
 Deliveries also travel through a small network that reorders and duplicates them (a value
 sent twice, copies arriving in any order, some through the store alone as another process's
 signal handler would deliver them with :func:`bide.engine.delivery.deliver_signal`). And workers
-race: while one harness's run is stopped inside a phase, another process delivers signals or
+race: while one harness's run is stopped inside one task's phase (at its start, after its memo
+write, or between its ``read_signal`` calls and its commit) and the other tasks of the run
+went on until parked, another process delivers signals or
 aborts a task, or a second harness opens the session (as a duplicate worker would): while
 the lease is live it leaves the running task alone; once time passed the lease it takes the
 task over and runs it; then the first run goes on. Whichever harness did the
@@ -37,9 +44,8 @@ work, the store must end where the model does.
 The default run is CI-sized (2,000 examples); ``BIDE_LONG_PROOF=1`` runs 20,000 longer ones.
 ``CI`` set makes the run deterministic. ``pytest -s`` prints how many examples and steps ran.
 
-Long because: the reference model, the state machine that drives the real harness and
-the invariants it checks are one proof; split, a reader could not check the model against the
-rules it encodes in one place.
+Long because: the state machine that drives the real harness and the invariants it checks
+are one proof; split, a reader could not check each rule's steps against what is asserted.
 """
 
 from __future__ import annotations
@@ -50,386 +56,48 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from pydantic import BaseModel, ConfigDict
+from model_kit import (
+    CLOCK_STEPS,
+    DEADLINES,
+    INVALID_VALUES,
+    KEY_UNIVERSE,
+    LEASE,
+    RESTART_LIMIT,
+    SESSION,
+    STOPS,
+    TOKENS,
+    UNKNOWN_IDS,
+    Model,
+    MSlot,
+    MTask,
+    Trap,
+    make_kind,
+    new_keys,
+)
 
 from bide import (
     Aborted,
     Completed,
     Faulted,
     Harness,
-    InvalidPark,
     ManualClock,
     Pending,
     SequentialIds,
-    SignalExpired,
     SignalResult,
-    SignalValue,
     Sleeping,
     SQLiteStore,
     Terminal,
     Wake,
-    define_signal,
-    define_task,
     deliver_signal,
 )
 
 LONG = os.environ.get("BIDE_LONG_PROOF") == "1"
-SESSION = "s-model"
-RESTART_LIMIT = 2  # small, so the restart-limit path is reachable within a few crashes
-LEASE = 60.0  # short, so clock steps cross it both ways
-
-
-class Num(BaseModel):
-    """Signal payload; strict, so "5" is not 5 and extra fields are refused."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    n: int
-
-
-TOKENS = {
-    "A": define_signal("mb.a", 1, Num),
-    "B": define_signal("mb.b", 2, Num),
-}
-INVALID_VALUES = [{"n": "5"}, {"n": 1, "z": 2}, {}, "x", None, {"n": 1.5}, {"n": True}]
-UNKNOWN_IDS = ["t-999", "nope"]
-KEY_UNIVERSE = [f"s{i}k{j}" for i in range(5) for j in range(3)] + ["extra"]
-CLOCK_STEPS = [0.5, 1, 29, 30, 31, 59, 60, 61, 600, 3599, 3600, 86400]
-DEADLINES = [None, 1, 30, 60, 3600]
-
-
-def slot(tok: str, key: str) -> str:
-    """The engine's slot name for a token letter and key."""
-    return f"{TOKENS[tok].name}/{key}"
-
-
-def new_keys(plan: list[dict[str, Any]], step: int) -> list[list[str]]:
-    """The fresh keys a plan step listens on: ``[token letter, key]`` pairs."""
-    return [[tok, f"s{step}k{j}"] for j, tok in enumerate(plan[step]["keys"])]
-
-
-def listed_keys(plan: list[dict[str, Any]], step: int, carried: list[list[str]]) -> list[list[str]]:
-    """Fresh keys of ``step`` plus the still-open keys of the previous sleep, in plan order."""
-    fresh = new_keys(plan, step)
-    carry = plan[step]["carry"]
-    if carry == "first":
-        return carried + fresh
-    if carry == "last":
-        return fresh + carried
-    return fresh
-
-
-# --- the task kind under test ---------------------------------------------------------------
-
-
-class Runaway(BaseException):
-    """Raised from a phase when one run invokes far more phases than any plan needs (e.g. a
-    key that wakes its task again and again): fails the run instead of hanging it."""
-
-
-class Trap:
-    """Makes one chosen invocation hang at the start of its phase, to crash mid-run; and
-    counts invocations per run to stop a runaway loop."""
-
-    RUNAWAY = 200  # at most 6 tasks x (start + 4 steps + abort) invocations are legitimate
-
-    def __init__(self) -> None:
-        self.victim: str | None = None
-        self.hit: asyncio.Event | None = None
-        self.hang: asyncio.Future[None] | None = None
-        self.calls = 0
-
-    def arm(self, task_id: str) -> None:
-        self.victim = task_id
-        self.hit = asyncio.Event()
-        self.hang = asyncio.get_running_loop().create_future()
-
-    def release(self) -> None:
-        """Let the trapped phase go on (a paused worker that was not dead after all)."""
-        assert self.hang is not None
-        if not self.hang.done():
-            self.hang.set_result(None)
-
-    async def check(self, task_id: str) -> None:
-        self.calls += 1
-        if self.calls > self.RUNAWAY:
-            raise Runaway(f"{self.calls} phase invocations in one run (last: {task_id})")
-        if self.victim == task_id:
-            self.victim = None
-            assert self.hit is not None and self.hang is not None
-            self.hit.set()
-            await self.hang  # until the "process" dies
-
-
-def make_kind(trap: Trap) -> Any:
-    """The plan-following task kind, wired to ``trap``."""
-
-    def sleep_on(rt: Any, plan: list[dict[str, Any]], step: int, keys: list[list[str]], log: list):
-        dt = plan[step]["dt"]
-        return Sleeping(
-            checkpoint={"phase": "woke", "step": step, "keys": keys, "log": log},
-            until=None if dt is None else rt.now() + dt,
-            signals=tuple(TOKENS[tok].key(key) for tok, key in keys),
-        )
-
-    async def start(task: Any, rt: Any) -> None:
-        await trap.check(task.id)
-        plan = task.input["plan"]
-        await rt.commit(sleep_on(rt, plan, 0, new_keys(plan, 0), []))
-
-    async def woke(task: Any, rt: Any) -> None:
-        await trap.check(task.id)
-        plan = task.input["plan"]
-        cp = task.checkpoint
-        step, keys, log = cp["step"], cp["keys"], cp["log"]
-        wake = task.wake
-        reads: dict[str, Any] = {}
-        for tok, key in keys:
-            state = await rt.read_signal(TOKENS[tok], key)
-            if isinstance(state, SignalValue):
-                reads[slot(tok, key)] = ["value", state.value.n]
-            elif isinstance(state, SignalExpired):
-                reads[slot(tok, key)] = ["expired"]
-            else:
-                reads[slot(tok, key)] = None
-        woken = None
-        if wake.reason == "signal":
-            woken = next(k for k in keys if slot(*k) == f"{wake.signal}/{wake.key}")
-        # One key serves one wait: sleeping again on the key that woke us (or that expired)
-        # must be refused.
-        old = woken if woken is not None else (keys[0] if wake.reason == "expired" else None)
-        probe = None
-        if old is not None:
-            try:
-                await rt.commit(
-                    Sleeping(
-                        checkpoint={**cp, "probe": "accepted"},
-                        signals=(TOKENS[old[0]].key(old[1]),),
-                    )
-                )
-                probe = "accepted"
-            except InvalidPark:
-                probe = "rejected"
-        entry = {"step": step, "wake": wake.model_dump(), "reads": reads, "probe": probe}
-        log = [*log, entry]
-        if step + 1 < len(plan):
-            carried = [k for k in keys if k != woken and reads[slot(*k)] != ["expired"]]
-            await rt.commit(sleep_on(rt, plan, step + 1, listed_keys(plan, step + 1, carried), log))
-        else:
-            await rt.commit(Terminal(outcome=Completed(result={"log": log})))
-
-    async def abort(task: Any, rt: Any) -> None:
-        await trap.check(task.id)
-        reason = f"{task.abort_reason}@{task.checkpoint.get('step')}"
-        await rt.commit(Terminal(outcome=Aborted(reason=reason)))
-
-    return define_task(
-        "mb.plan", 1, lambda _input: "start", {"start": start, "woke": woke}, abort=abort
-    )
-
-
-# --- the reference model --------------------------------------------------------------------
-
-
-@dataclass
-class MSlot:
-    value: int | None = None
-    expired: bool = False
-    consumed: bool = False
-
-
-@dataclass
-class MTask:
-    id: str
-    plan: list[dict[str, Any]]
-    status: str = "pending"  # pending | running | sleeping | terminal
-    phase: str = "start"
-    step: int | None = None
-    keys: list[list[str]] = field(default_factory=list)
-    log: list[dict[str, Any]] = field(default_factory=list)
-    wake: dict[str, Any] | None = None
-    until: float | None = None
-    abort_marked: bool = False
-    abort_reason: str | None = None
-    restarts: int = 0
-    lease: float | None = None  # while running: when the lease of its holder expires
-    slots: dict[str, MSlot] = field(default_factory=dict)
-    outcome: tuple[str, Any] | None = None
-    # Every value ever accepted, per slot (for the "never lost or changed" invariant).
-    first_values: dict[str, int] = field(default_factory=dict)
-    signal_wakes: list[str] = field(default_factory=list)
-
-    @property
-    def listed(self) -> list[str]:
-        return [slot(*k) for k in self.keys]
-
-    def checkpoint(self) -> dict[str, Any]:
-        if self.phase == "start":
-            return {"phase": "start"}
-        return {"phase": "woke", "step": self.step, "keys": self.keys, "log": self.log}
-
-
-class Model:
-    def __init__(self) -> None:
-        self.tasks: dict[str, MTask] = {}
-
-    def live(self) -> list[MTask]:
-        return [t for t in self.tasks.values() if t.status != "terminal"]
-
-    # design 001 ch. II check order, ch. IV deadline race
-    def signal(self, task_id: str, tok: str, key: str, valid: bool, n: int, now: float) -> str:
-        t = self.tasks.get(task_id)
-        if t is None:
-            return "not_found"
-        if t.status == "terminal" or t.abort_marked:
-            return "closed"
-        if not valid:
-            return "invalid"
-        name = slot(tok, key)
-        s = t.slots.get(name)
-        if s is not None and s.value is not None:
-            return "duplicate"
-        if s is not None and s.expired:
-            return "closed"
-        if t.status == "sleeping" and t.until is not None and t.until <= now and name in t.listed:
-            # Closed for good: the key is expired now, whatever wakes the task.
-            t.slots[name] = MSlot(expired=True)
-            return "closed"
-        t.slots[name] = MSlot(value=n)
-        t.first_values[name] = n
-        return "delivered"
-
-    def wakeup(self, t: MTask, now: float) -> dict[str, Any] | None:
-        for name in t.listed:
-            s = t.slots.get(name)
-            if s is not None and s.value is not None and not s.consumed:
-                signal, key = name.split("/", 1)
-                return {"reason": "signal", "signal": signal, "key": key}
-        if t.until is None or t.until > now:
-            return None
-        return {"reason": "expired"} if t.keys else {"reason": "time"}
-
-    def eligible(self, t: MTask, now: float) -> bool:
-        if t.status == "pending":
-            return True
-        if t.status == "running":
-            return self.expired(t, now)
-        if t.status != "sleeping":
-            return False
-        return t.abort_marked or self.wakeup(t, now) is not None
-
-    @staticmethod
-    def expired(t: MTask, now: float) -> bool:
-        assert t.lease is not None
-        return t.lease <= now
-
-    def wake(self, now: float) -> Wake:
-        active = any(self.eligible(t, now) for t in self.live())
-        untils = [
-            t.until
-            for t in self.live()
-            if t.status == "sleeping" and t.until is not None and not t.abort_marked
-        ] + [t.lease for t in self.live() if t.status == "running" and not self.expired(t, now)]
-        return Wake(active=active, at=min(untils) if untils else None)
-
-    def reserve(self, t: MTask, now: float) -> None:
-        """The reservation commit: running, with the wake it consumes or expires."""
-        if t.abort_marked:
-            t.wake = t.wake if t.status == "pending" else None
-        elif t.status == "sleeping":
-            wake = self.wakeup(t, now)
-            assert wake is not None
-            if wake["reason"] == "signal":
-                name = f"{wake['signal']}/{wake['key']}"
-                t.slots[name].consumed = True
-                t.signal_wakes.append(name)
-            elif wake["reason"] == "expired":
-                for name in t.listed:
-                    s = t.slots.setdefault(name, MSlot())
-                    if s.value is None:
-                        s.expired = True
-            t.wake = wake
-        t.status, t.lease = "running", now + LEASE
-
-    def end(self, t: MTask, outcome: tuple[str, Any]) -> None:
-        event(f"ended: {outcome[0]}")
-        t.status, t.outcome, t.slots = "terminal", outcome, {}
-
-    def sleep(self, t: MTask, step: int, keys: list[list[str]], log: list, now: float) -> None:
-        dt = t.plan[step]["dt"]
-        t.status, t.phase, t.step, t.keys, t.log = "sleeping", "woke", step, keys, log
-        t.until = None if dt is None else now + dt
-        t.wake, t.restarts = None, 0
-
-    def phase(self, t: MTask, now: float, seen: dict[str, MSlot] | None = None) -> None:
-        """What the task kind's phase (or abort handler) does from ``running``. ``seen`` is
-        the slots as the phase read them, when values landed while it ran (it reads the
-        record it was started with; they wait for its next run)."""
-        if t.abort_marked:
-            self.end(t, ("aborted", f"{t.abort_reason}@{t.step}"))
-            return
-        if t.phase == "start":
-            self.sleep(t, 0, new_keys(t.plan, 0), [], now)
-            return
-        assert t.wake is not None and t.step is not None
-        reads: dict[str, Any] = {}
-        for name in t.listed:
-            s = (t.slots if seen is None else seen).get(name)
-            if s is not None and s.value is not None:
-                reads[name] = ["value", s.value]
-            elif s is not None and s.expired:
-                reads[name] = ["expired"]
-            else:
-                reads[name] = None
-        woken = None
-        if t.wake["reason"] == "signal":
-            woken = next(k for k in t.keys if slot(*k) == f"{t.wake['signal']}/{t.wake['key']}")
-        probe = "rejected" if t.wake["reason"] in ("signal", "expired") else None
-        entry = {"step": t.step, "wake": t.wake, "reads": reads, "probe": probe}
-        event(f"wake: {t.wake['reason']}")
-        log = [*t.log, entry]
-        if t.step + 1 < len(t.plan):
-            carried = [k for k in t.keys if k != woken and reads[slot(*k)] != ["expired"]]
-            self.sleep(t, t.step + 1, listed_keys(t.plan, t.step + 1, carried), log, now)
-        else:
-            t.log = log
-            self.end(t, ("completed", {"log": log}))
-
-    def run_until_parked(self, now: float) -> None:
-        # Tasks of this kind never touch each other, so each can be driven on its own.
-        for t in self.live():
-            while t.status != "terminal" and self.eligible(t, now):
-                if t.status == "running":  # its lease expired: taken over
-                    self.recover(t)
-                    continue
-                self.reserve(t, now)
-                self.phase(t, now)
-
-    def recover(self, t: MTask) -> None:
-        """A running task whose holder is presumed dead: pending with its wake, counting a
-        restart (faulted past the limit)."""
-        t.restarts += 1
-        t.lease = None
-        if t.restarts > RESTART_LIMIT:
-            self.end(t, ("faulted", "restart limit reached"))
-        else:
-            t.status = "pending"
-
-    def release(self, t: MTask) -> None:
-        """A clean close of the harness running ``t``: pending, no restart counted."""
-        t.status, t.lease = "pending", None
-
-    def open(self, now: float) -> None:
-        """A new harness opens the session: it takes over what expired leases left."""
-        for t in self.live():
-            if t.status == "running" and self.expired(t, now):
-                self.recover(t)
 
 
 # --- the state machine ----------------------------------------------------------------------
@@ -509,6 +177,14 @@ class EngineMachine(RuleBasedStateMachine):
         task_id = self.run(self.harness.create_task(self.kind, {"plan": plan}))
         assert task_id not in self.model.tasks, f"id {task_id} reused"
         self.model.tasks[task_id] = MTask(id=task_id, plan=plan)
+
+    @precondition(lambda self: len(self.model.tasks) < 5)
+    @rule(plans=st.lists(plans, min_size=2, max_size=3))
+    def create_several(self, plans: list[list[dict[str, Any]]]) -> None:
+        """Several tasks at once: all runnable together, so the next run (or the run a race
+        or a crash stops) interleaves their phases."""
+        for plan in plans[: 6 - len(self.model.tasks)]:
+            self.create(plan)
 
     def deliver(
         self, task_id: str, tok: str, key: str, value: Any, via_store: bool = False
@@ -653,7 +329,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     # --- racing workers ----------------------------------------------------------------------
 
-    @precondition(lambda self: self.races < 3 and self.one_to_reserve())
+    @precondition(lambda self: self.races < 3 and self.can_stop_a_run())
     @rule(
         data=st.data(),
         race=st.sampled_from(
@@ -661,7 +337,9 @@ class EngineMachine(RuleBasedStateMachine):
         ),
     )
     def race_mid_run(self, data: st.DataObject, race: str) -> None:
-        """The one runnable task is reserved and its phase starts; while it is stopped there:
+        """Every runnable task is reserved in one commit and runs concurrently; one of them
+        (the victim, drawn) stops at the start of its phase while the others run on until
+        parked; while the victim is stopped there:
 
         * ``signals``: another process delivers values through the store alone;
         * ``abort``: another process aborts a task (often the running one);
@@ -675,21 +353,22 @@ class EngineMachine(RuleBasedStateMachine):
         Both runs return the model's ``wake()``; whichever harness did the work, the store
         ends where the model does."""
         self.races += 1
-        (victim,) = self.runnable()
-        event(f"race mid-run: {race} ({victim.status})")
+        victim = self.draw_victim(data)
+        stop = self.draw_stop(data, victim)
+        event(f"race mid-run: {race} ({victim.status}, stopped at {stop})")
         now = self.clock.now()
-        self.model.reserve(victim, now)
-        seen = copy.deepcopy(victim.slots)  # the record the phase was started with
+        seen = self.reserve_all(victim, now, stop)
         first = self.harness
 
         async def stopped_in_phase() -> asyncio.Future[Wake]:
-            self.trap.arm(victim.id)
+            self.trap.arm(victim.id, stop)
             self.trap.calls = 0
             assert self.trap.hit is not None
             runner = asyncio.ensure_future(first.run_until_parked())
             hit = asyncio.ensure_future(self.trap.hit.wait())
             await asyncio.wait({runner, hit}, return_when=asyncio.FIRST_COMPLETED)
             assert hit.done() and not runner.done(), "the victim's phase never started"
+            await self.others_parked(first, victim.id)
             return runner
 
         runner = self.run(stopped_in_phase())
@@ -789,36 +468,95 @@ class EngineMachine(RuleBasedStateMachine):
     def runnable(self) -> list[MTask]:
         return [t for t in self.model.live() if self.model.eligible(t, self.clock.now())]
 
-    def one_to_reserve(self) -> bool:
-        """Exactly one runnable task, and nothing left running by a dead harness (a run would
-        take that over too)."""
+    def can_stop_a_run(self) -> bool:
+        """Some runnable task, and nothing left running by a dead harness (a run would take
+        that over too)."""
         running = any(t.status == "running" for t in self.model.live())
-        return not running and len(self.runnable()) == 1
+        return not running and bool(self.runnable())
 
-    @precondition(lambda self: self.crashes < 4 and self.one_to_reserve())
-    @rule(clean=st.booleans())
-    def crash_mid_phase(self, clean: bool) -> None:
-        """The one runnable task is reserved and its phase starts; then the process dies
-        (or closes). The reservation (wake, consumed / expired keys) is durable; the phase's
-        work is not. The next harness runs the phase again with the same wake."""
+    def draw_victim(self, data: st.DataObject) -> MTask:
+        """The runnable task whose phase the run stops in (the others run on)."""
+        runnable = self.runnable()
+        event(f"runnable at the stop: {len(runnable)}")
+        return data.draw(st.sampled_from(runnable))
+
+    def draw_stop(self, data: st.DataObject, victim: MTask) -> str:
+        """Where the victim's phase stops: a ``woke`` phase anywhere in ``STOPS``; a ``start``
+        phase or an abort handler at its start."""
+        if victim.phase != "woke" or victim.abort_marked:
+            return "start"
+        return data.draw(st.sampled_from(STOPS))
+
+    def reserve_all(self, victim: MTask, now: float, stop: str) -> dict[str, MSlot] | None:
+        """The run's first commit reserves every runnable task; the others then run on until
+        parked (the engine runs them concurrently while the victim is stopped). A victim
+        stopped after its memo write wrote it now (durable: a crash or a takeover keeps it).
+
+        Returns the victim's slots as its phase reads them: the record it was reserved with,
+        unless its memo write is still to come; that commit sees (reloads) what other
+        processes wrote meanwhile, so the phase reads the slots as they are then (None)."""
+        memo_to_write = victim.phase == "woke" and f"m{victim.step}" not in victim.memos
+        self.model.reserve(victim, now)
+        seen = copy.deepcopy(victim.slots)
+        if stop != "start":
+            self.model.write_memo(victim, now)
+        self.model.run_until_parked(now)  # the victim's lease is live: it is left alone
+        return None if stop == "start" and memo_to_write else seen
+
+    async def others_parked(self, h: Harness, victim: str) -> None:
+        """Let the run's other invocations go on until each is where the model left it
+        (parked or ended): stopping one phase must not hold the others up. Everything runs
+        on one event loop on an in-memory store, so a bounded number of turns gets there."""
+        others = [t for t in self.model.tasks.values() if t.id != victim]
+
+        def behind() -> list[str]:
+            late = []
+            for t in others:
+                record = h.task(t.id)
+                assert record is not None, f"task {t.id} lost"
+                state = record.state
+                done = state.status == t.status and (
+                    t.status == "terminal" or state.checkpoint == t.checkpoint()
+                )
+                if not done:
+                    late.append(f"{t.id} {state.status}")
+            return late
+
+        for _ in range(60):
+            if not behind():
+                return
+            for _ in range(5):
+                await asyncio.sleep(0)
+        assert not behind(), f"while a phase is stopped: {behind()}"
+
+    @precondition(lambda self: self.crashes < 4 and self.can_stop_a_run())
+    @rule(data=st.data(), clean=st.booleans())
+    def crash_mid_phase(self, data: st.DataObject, clean: bool) -> None:
+        """Every runnable task is reserved; the others run on until parked while the victim
+        is stopped at the start of its phase; then the process dies (or closes). The
+        reservation (wake, consumed / expired keys) is durable; the phase's work is not. The
+        next harness runs the phase again with the same wake."""
         self.crashes += 1
-        (victim,) = self.runnable()
-        event(f"crash mid-phase ({'close' if clean else 'kill'}, {victim.status})")
-        self.model.reserve(victim, self.clock.now())
-        self.run(self.crash_while_running(victim.id, clean))
+        victim = self.draw_victim(data)
+        stop = self.draw_stop(data, victim)
+        how = "close" if clean else "kill"
+        event(f"crash mid-phase ({how}, {victim.status}, stopped at {stop})")
+        self.reserve_all(victim, self.clock.now(), stop)
+        self.run(self.crash_while_running(victim.id, clean, stop))
         if clean:
             self.model.release(victim)
         self.harness = self.open_harness()
         self.model.open(self.clock.now())  # a killed worker's task stays leased
 
-    async def crash_while_running(self, victim: str, clean: bool) -> None:
-        self.trap.arm(victim)
+    async def crash_while_running(self, victim: str, clean: bool, stop: str) -> None:
+        self.trap.arm(victim, stop)
         self.trap.calls = 0
         assert self.trap.hit is not None and self.trap.hang is not None
         runner = asyncio.ensure_future(self.harness.run_until_parked())
         hit = asyncio.ensure_future(self.trap.hit.wait())
         await asyncio.wait({runner, hit}, return_when=asyncio.FIRST_COMPLETED)
         assert hit.done() and not runner.done(), "the victim's phase never started"
+        await self.others_parked(self.harness, victim)
         record = self.harness.task(victim)
         assert record is not None and record.status == "running"
         if clean:
@@ -852,6 +590,7 @@ class EngineMachine(RuleBasedStateMachine):
             state = record.state
             assert state.status == t.status, f"{where}: engine has {state.status}"
             assert state.checkpoint == t.checkpoint(), where
+            assert record.memos == t.memos, f"{where}: memos {record.memos}"
             if isinstance(state, Sleeping):
                 assert [[k.signal, k.key] for k in state.signals] == [
                     [TOKENS[tok].name, key] for tok, key in t.keys
