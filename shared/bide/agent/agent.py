@@ -28,6 +28,7 @@ from .generation import generation_task
 from .hooks import GenerationHooks
 from .limits import RunLimits
 from .providers.base import ModelProvider
+from .steering import interrupt_round
 
 
 class Agent:
@@ -118,8 +119,9 @@ def submit_in(
     source: str = "user",
 ) -> Submission:
     """Submit input inside a commit: deduplicated by ``request_id``; placed at once when the
-    conversation is idle; otherwise queued (``steer``: at the next boundary of the running
-    run; ``follow_up``: after it) or refused (``reject`` -> ``unanswered``)."""
+    conversation is idle; otherwise queued (``steer``: interrupts the running run's tool
+    calls in this commit and is answered next by the same run, see :mod:`.steering`;
+    ``follow_up``: after the run) or refused (``reject`` -> ``unanswered``)."""
     if not isinstance(content, str) or not content:
         raise ConversationError("content must be a non-empty string")
     existing = read_submission(tx, cid, request_id)
@@ -143,6 +145,8 @@ def submit_in(
         return submission.model_copy(update={"status": "unanswered"})
     write_submission(tx, submission)
     write_head(tx, head.model_copy(update={"queue": [*head.queue, request_id]}))
+    if when_busy == "steer":
+        interrupt_round(tx, head)
     return submission
 
 

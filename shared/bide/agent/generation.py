@@ -37,6 +37,7 @@ from .conversation import (
 )
 from .hooks import Continue, StartTasks
 from .limits import LimitReached, before_request, before_tools, usage
+from .steering import STEERED, call_task_id, place_steers, steer_queued
 from .providers.base import (
     AssistantMessage,
     Message,
@@ -133,34 +134,6 @@ def build_request(
     )
 
 
-def _place_steers(tx: Any, cid: str) -> int:
-    """At a run boundary, place queued steers into the running run. How many were placed."""
-    head = read_head(tx, cid)
-    placed = 0
-    keep: list[str] = []
-    for rid in head.queue:
-        sub = read_submission(tx, cid, rid)
-        if sub is not None and sub.when_busy == "steer":
-            append_entry(
-                tx,
-                cid,
-                {"type": "user", "text": sub.content, "submission": rid, "source": sub.source},
-            )
-            from .conversation import write_submission
-
-            write_submission(tx, sub.model_copy(update={"status": "placed"}))
-            head = read_head(tx, cid)
-            head = head.model_copy(update={"run_submissions": [*head.run_submissions, rid]})
-            write_head(tx, head)
-            placed += 1
-        else:
-            keep.append(rid)
-    if placed:
-        head = read_head(tx, cid)
-        write_head(tx, head.model_copy(update={"queue": keep}))
-    return placed
-
-
 async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
     cid = task.input["conversation"]
     attempt = int(task.checkpoint.get("attempt", 0))
@@ -224,6 +197,9 @@ async def _start_round(
 
     def build(tx: Any) -> Running:
         index = append_entry(tx, cid, entry)
+        head = read_head(tx, cid)
+        # What a steer interrupts (bide.agent.steering), in the commit that plans the round.
+        write_head(tx, head.model_copy(update={"round_calls": [c["call_id"] for c in plan]}))
         for call_id, why in refused:
             result = {
                 "type": "tool_result",
@@ -303,7 +279,7 @@ async def _answer(
     # leave an answer recorded while the run still looks unanswered.
     def build(tx: Any) -> Any:
         index = append_entry(tx, cid, entry)
-        if _place_steers(tx, cid):
+        if place_steers(tx, cid):
             return Running(checkpoint={"phase": "request", "attempt": 0})
         if isinstance(decision, Continue):
             append_entry(tx, cid, {"type": "user", "text": decision.input, "source": "on_yield"})
@@ -323,16 +299,19 @@ async def _round(agent: Agent, task: TaskView, rt: Runtime) -> None:
     cid = task.input["conversation"]
     index = task.checkpoint["assistant"]
     plan = task.checkpoint.get("plan", [])
-    waiting: list[Waiting | None] = []
+    waiting: list[Waiting | Running | None] = []
 
-    def schedule(tx: Any) -> Waiting | None:
+    def schedule(tx: Any) -> Waiting | Running | None:
         waiting.clear()
-        waiting.append(schedule_batch(agent, tx, cid, plan))
+        if steer_queued(tx, cid):
+            waiting.append(_interrupted(tx, cid, task.checkpoint, plan))
+        else:
+            waiting.append(schedule_batch(agent, tx, cid, plan))
         return waiting[0]
 
     await rt.commit(schedule)
     if waiting[0] is not None:
-        return  # the batch parks as a whole until its next call ends
+        return  # the batch parks as a whole until its next call ends (or a steer took over)
     assistant = rt.get_doc(entry_key(cid, index))
     results = [e for e in entries(rt, cid)[index:] if e["type"] == "tool_result"]
     for hooks in agent.hooks:
@@ -356,12 +335,48 @@ async def _round(agent: Agent, task: TaskView, rt: Runtime) -> None:
     await _next_request(rt, cid)
 
 
-async def _next_request(rt: Runtime, cid: str) -> None:
-    def build(tx: Any) -> Running:
-        _place_steers(tx, cid)
-        return Running(checkpoint={"phase": "request", "attempt": 0})
+def _interrupted(
+    tx: Any, cid: str, checkpoint: dict[str, Any], plan: list[dict[str, Any]]
+) -> Waiting | Running:
+    """A steer waits: start none of the round's remaining calls (each gets a ``not run``
+    result), wait for the calls still live (the steer abort-marked them), then place the
+    steer and ask the model again. The plan left in the checkpoint holds only calls that were
+    started, so a rerun never writes a ``not run`` result twice."""
+    run = tx.task_id
+    started: list[dict[str, Any]] = []
+    live: list[str] = []
+    for call in plan:
+        record = tx.find(call_task_id(tx, run, call["call_id"]))
+        if record is None:
+            result = {
+                "type": "tool_result",
+                "call_id": call["call_id"],
+                "name": call["exposed"] or call["name"],
+                "text": f"not run: {STEERED}",
+                "is_error": True,
+                "code": "aborted",
+            }
+            append_entry(tx, cid, result)
+            continue
+        started.append(call)
+        if record.live:
+            tx.abort(record.id, STEERED)  # already marked by the steer; a no-op then
+            live.append(record.id)
+    if live:
+        return Waiting(checkpoint={**checkpoint, "plan": started}, on=tuple(live), policy="any")
+    return _request_next(tx, cid)
 
-    await rt.commit(build)
+
+def _request_next(tx: Any, cid: str) -> Running:
+    """The round is over: place queued steers and ask the model again."""
+    head = read_head(tx, cid)
+    write_head(tx, head.model_copy(update={"round_calls": []}))
+    place_steers(tx, cid)
+    return Running(checkpoint={"phase": "request", "attempt": 0})
+
+
+async def _next_request(rt: Runtime, cid: str) -> None:
+    await rt.commit(lambda tx: _request_next(tx, cid))
 
 
 async def _after_tools(agent: Agent, task: TaskView, rt: Runtime) -> None:
@@ -390,7 +405,7 @@ async def _yield(agent: Agent, task: TaskView, rt: Runtime) -> None:
     after_run = await _after_run_tasks(agent, rt, answer)
 
     def build(tx: Any) -> Any:
-        if _place_steers(tx, cid):  # a user's message wins over a hook's continue
+        if place_steers(tx, cid):  # a user's message wins over a hook's continue
             return Running(checkpoint={"phase": "request", "attempt": 0})
         if continue_with is not None:
             append_entry(tx, cid, {"type": "user", "text": continue_with, "source": "on_yield"})
@@ -442,7 +457,7 @@ def _release(agent: Agent, tx: Any, cid: str) -> None:
     from .agent import start_run
 
     head = read_head(tx, cid)
-    head = head.model_copy(update={"run": None, "run_submissions": []})
+    head = head.model_copy(update={"run": None, "run_submissions": [], "round_calls": []})
     write_head(tx, head)
     if head.queue:
         first, *rest = head.queue
@@ -469,6 +484,15 @@ def _stopped_in(agent: Agent, tx: Any, cid: str, error: str, entry: dict[str, An
     return Terminal(outcome=Failed(error=error))
 
 
+def _carries_on(tx: Any, head: Any) -> bool:
+    """Whether the conversation lives on after this run: a conversation owned by a task
+    that is itself being aborted or has ended (a subagent's) starts nothing new."""
+    if head.owner_task is None:
+        return True
+    owner = tx.find(head.owner_task)
+    return owner is not None and owner.live and not owner.abort_marked
+
+
 async def _aborted(agent: Agent, task: TaskView, rt: Runtime) -> None:
     cid = task.input["conversation"]
     reason = task.abort_reason or "stopped"
@@ -478,13 +502,24 @@ async def _aborted(agent: Agent, task: TaskView, rt: Runtime) -> None:
 
         head = read_head(tx, cid)
         if head.run == task.id:
+            steers: list[str] = []
             for rid in [*head.run_submissions, *head.queue]:
                 sub = read_submission(tx, cid, rid)
-                if sub is not None and sub.status in ("queued", "placed"):
+                if sub is None or sub.status not in ("queued", "placed"):
+                    continue
+                if sub.status == "queued" and sub.when_busy == "steer" and _carries_on(tx, head):
+                    steers.append(rid)  # it already interrupted this run: it is answered next
+                else:
                     settle(tx, sub, "unanswered", error=reason)
             write_head(
-                tx, head.model_copy(update={"run": None, "run_submissions": [], "queue": []})
+                tx,
+                head.model_copy(
+                    update={"run": None, "run_submissions": [], "queue": steers, "round_calls": []}
+                ),
             )
+            _release(agent, tx, cid)  # the first steer starts the next run, the rest join it
+            if steers:
+                place_steers(tx, cid)
         return Terminal(outcome=Aborted(reason=reason))
 
     await rt.commit(build)
