@@ -37,7 +37,6 @@ from .conversation import (
 )
 from .hooks import Continue, StartTasks
 from .limits import LimitReached, before_request, before_tools, usage
-from .steering import STEERED, call_task_id, place_steers, steer_queued
 from .providers.base import (
     AssistantMessage,
     Message,
@@ -48,6 +47,7 @@ from .providers.base import (
     ToolSpec,
     UserMessage,
 )
+from .steering import STEERED, call_task_id, place_steers, steer_queued
 
 if TYPE_CHECKING:
     from ..engine.runtime import Runtime
