@@ -7,7 +7,9 @@ Checkpoints:
   A retryable model error parks on time (backoff), never sleeps in memory.
 * ``{"phase": "round", "assistant": i, "plan": [...]}``: the batch runs (exclusive calls alone
   in order, parallel-safe ones up to 8 at a time); each tool task writes its own result
-  entry. Once all ended, ``after_tools`` may start tasks (``after_tools``).
+  entry. Once all ended, ``after_tools`` may start tasks (``after_tools``). A queued steer
+  interrupts the round instead (:mod:`.steering`): no further call starts, the live ones were
+  abort-marked by the steer, and once they ended the steer is placed and the model asked.
 * ``{"phase": "after_tools", "assistant": i}``: hook tasks ended; one that completed with
   ``{"terminate": true}`` ends the run with the tool-calling answer.
 * ``{"phase": "yield", "answer": i}``: ``on_yield`` tasks ended; queued user input wins,
