@@ -45,6 +45,7 @@ from .providers.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
+    ToolNameError,
     ToolResultMessage,
     ToolSpec,
     UserMessage,
@@ -117,7 +118,11 @@ def build_request(
             text = entry["text"]
             if agent.admission is not None:
                 text = agent.admission.render(
-                    entry.get("identity"), entry.get("variant"), text, entry["is_error"]
+                    entry.get("identity"),
+                    entry.get("variant"),
+                    text,
+                    entry["is_error"],
+                    family=agent.model_family,
                 )
             messages.append(
                 ToolResultMessage(call_id=entry["call_id"], text=text, is_error=entry["is_error"])
@@ -143,6 +148,11 @@ async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
     reached = before_request(agent.limits, usage(transcript, task.id))
     if reached is not None:
         await rt.commit(lambda tx: _stopped_in(agent, tx, cid, reached.message, reached.entry()))
+        return
+    try:
+        agent.check_tool_names()
+    except ToolNameError as exc:  # a tool added since the agent was defined
+        await _end_with_error(agent, rt, cid, f"{type(exc).__name__}: {exc}")
         return
     request = build_request(agent, rt, cid, transcript)
     try:

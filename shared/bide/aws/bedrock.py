@@ -44,12 +44,22 @@ from ..agent.providers.base import (
     ModelResponse,
     StopReason,
     ToolCallRequest,
+    ToolNameRule,
     ToolResultMessage,
     Usage,
     UserMessage,
 )
 
-__all__ = ["BLANK_TEXT", "BedrockConverseProvider"]
+__all__ = ["BLANK_TEXT", "CONVERSE_TOOL_NAMES", "BedrockConverseProvider"]
+
+CONVERSE_TOOL_NAMES = ToolNameRule(
+    pattern="[a-zA-Z0-9_-]+",
+    max_length=64,
+    documented_at="Bedrock Converse ToolSpecification name: length 1-64, pattern "
+    "[a-zA-Z0-9_-]+, https://docs.aws.amazon.com/bedrock/latest/APIReference/"
+    "API_runtime_ToolSpecification.html",
+)
+"""The tool names Converse accepts (``toolSpec.name``, and so ``toolUse.name``)."""
 
 BLANK_TEXT = "(empty)"
 """Stands in for blank user or tool-result text, which Converse refuses."""
@@ -123,6 +133,7 @@ class BedrockConverseProvider:
             client if client is not None else boto3.client("bedrock-runtime", region_name=region)
         )
         self.inference_config: dict[str, Any] = dict(inference_config or {})
+        self.tool_name_rule = CONVERSE_TOOL_NAMES
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send ``request`` to Converse; raises :class:`~.base.ModelError` on failure.

@@ -9,10 +9,13 @@ from .base import (
     ModelResponse,
     StopReason,
     ToolCallRequest,
+    ToolNameError,
+    ToolNameRule,
     ToolResultMessage,
     ToolSpec,
     Usage,
     UserMessage,
+    check_tool_names,
 )
 
 __all__ = [
@@ -24,8 +27,11 @@ __all__ = [
     "ModelResponse",
     "StopReason",
     "ToolCallRequest",
+    "ToolNameError",
+    "ToolNameRule",
     "ToolResultMessage",
     "ToolSpec",
     "Usage",
     "UserMessage",
+    "check_tool_names",
 ]

@@ -7,11 +7,14 @@ park on time and try again; the others end the run.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...engine.errors import BideError
+from ...engine.errors import BideError, DefinitionError
 
 
 class _Model(BaseModel):
@@ -105,3 +108,44 @@ class ModelProvider(Protocol):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send one request; raises :class:`ModelError` on failure."""
         ...
+
+
+@dataclass(frozen=True)
+class ToolNameRule:
+    """The tool names a provider's API accepts: ``pattern`` must match the whole name, which
+    is at most ``max_length`` characters long; ``documented_at`` says where the rule is from.
+
+    A provider declares it as its ``tool_name_rule`` attribute (optional: a provider without
+    one accepts any name). A name the API refuses would fail every request of a run, so the
+    agent checks the names it exposes when it is defined (:func:`check_tool_names`)."""
+
+    pattern: str
+    max_length: int
+    documented_at: str
+
+    def problem(self, name: str) -> str | None:
+        """Why ``name`` is refused, or None when it is accepted."""
+        if not 1 <= len(name) <= self.max_length:
+            return f"it is {len(name)} characters long (1 to {self.max_length} are accepted)"
+        if re.fullmatch(self.pattern, name) is None:
+            return f"it does not match {self.pattern}"
+        return None
+
+
+class ToolNameError(DefinitionError):
+    """A tool is exposed to a model under a name its provider refuses."""
+
+
+def check_tool_names(provider: object, names: Iterable[str], *, family: str) -> None:
+    """Raise :class:`ToolNameError` naming every exposed name ``provider`` refuses."""
+    rule = getattr(provider, "tool_name_rule", None)
+    if not isinstance(rule, ToolNameRule):
+        return
+    problems = [f"{name!r}: {why}" for name in names if (why := rule.problem(name)) is not None]
+    if problems:
+        raise ToolNameError(
+            f"{type(provider).__name__} refuses tool names exposed to model family {family!r}: "
+            + "; ".join(problems)
+            + f" (rule: {rule.documented_at}). Rename the tool, or give it a presentation "
+            "with an accepted name (bide.admission)."
+        )
