@@ -42,6 +42,7 @@ from .limits import LimitReached, before_request, before_tools, usage
 from .providers.base import (
     AssistantMessage,
     Message,
+    ModelDeferred,
     ModelError,
     ModelRequest,
     ModelResponse,
@@ -57,6 +58,11 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 GENERATION_TASK = "bide.generation"
+
+STOP_AT_SERVICE = "invocation_stop_at"
+"""The ``rt.services`` key under which a host puts the clock time its invocation stops
+starting work (a Lambda worker: the deadline less its safety margin). A model request is then
+told how long it may take (:attr:`~.providers.base.ModelRequest.time_limit`)."""
 
 
 def generation_task(agent: Agent) -> TaskDefinition:
@@ -155,8 +161,18 @@ async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
         await _end_with_error(agent, rt, cid, f"{type(exc).__name__}: {exc}")
         return
     request = build_request(agent, rt, cid, transcript)
+    stop_at = rt.services.get(STOP_AT_SERVICE)
+    if isinstance(stop_at, int | float):
+        request = request.model_copy(update={"time_limit": max(0.0, stop_at - rt.now())})
     try:
         response = await agent.provider.complete(request)
+    except ModelDeferred:
+        # Too little of this invocation is left: park until it stops starting work, so the
+        # next invocation asks with its full time. Not a failed attempt.
+        until = stop_at if isinstance(stop_at, int | float) else rt.now() + agent.backoff_base
+        checkpoint = {"phase": "request", "attempt": attempt}
+        await rt.commit(Sleeping(checkpoint=checkpoint, until=max(until, rt.now())))
+        return
     except ModelError as exc:
         if exc.retryable and attempt + 1 < agent.max_attempts:
             delay = min(agent.backoff_cap, agent.backoff_base * 2**attempt)

@@ -3,6 +3,7 @@
 from .base import (
     AssistantMessage,
     Message,
+    ModelDeferred,
     ModelError,
     ModelProvider,
     ModelRequest,
@@ -21,6 +22,7 @@ from .base import (
 __all__ = [
     "AssistantMessage",
     "Message",
+    "ModelDeferred",
     "ModelError",
     "ModelProvider",
     "ModelRequest",

@@ -71,6 +71,12 @@ class ModelRequest(_Model):
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int | None = None
+    time_limit: float | None = Field(
+        default=None,
+        description="seconds the answer must arrive in: what is left of the invocation that "
+        "sends the request (None: the host sets no limit); a provider that cannot answer in "
+        "time raises ModelDeferred rather than start a request it would have to abandon",
+    )
 
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "content_filtered"]
@@ -81,6 +87,8 @@ class Usage(_Model):
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 class ModelResponse(_Model):
@@ -100,6 +108,15 @@ class ModelError(BideError):
         super().__init__(message)
         self.retryable = retryable
         self.code = code
+
+
+class ModelDeferred(ModelError):
+    """The request was not sent (or not waited for) because the invocation's time was too
+    short for it: the generation parks until the invocation ends and a later invocation asks
+    again, without counting a failed attempt."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=True, code="deferred")
 
 
 class ModelProvider(Protocol):
