@@ -51,7 +51,7 @@ from .providers.base import (
     ToolSpec,
     UserMessage,
 )
-from .steering import STEERED, call_task_id, place_steers, steer_queued
+from .steering import interrupted_round, place_steers, settle_for_stop, steer_queued
 
 if TYPE_CHECKING:
     from ..engine.runtime import Runtime
@@ -332,7 +332,9 @@ async def _round(agent: Agent, task: TaskView, rt: Runtime) -> None:
     def schedule(tx: Any) -> Waiting | Running | None:
         waiting.clear()
         if steer_queued(tx, cid):
-            waiting.append(_interrupted(tx, cid, task.checkpoint, plan))
+            waiting.append(
+                interrupted_round(tx, cid, task.checkpoint, plan) or _request_next(tx, cid)
+            )
         else:
             waiting.append(schedule_batch(agent, tx, cid, plan))
         return waiting[0]
@@ -361,38 +363,6 @@ async def _round(agent: Agent, task: TaskView, rt: Runtime) -> None:
             await rt.commit(start)
             return
     await _next_request(rt, cid)
-
-
-def _interrupted(
-    tx: Any, cid: str, checkpoint: dict[str, Any], plan: list[dict[str, Any]]
-) -> Waiting | Running:
-    """A steer waits: start none of the round's remaining calls (each gets a ``not run``
-    result), wait for the calls still live (the steer abort-marked them), then place the
-    steer and ask the model again. The plan left in the checkpoint holds only calls that were
-    started, so a rerun never writes a ``not run`` result twice."""
-    run = tx.task_id
-    started: list[dict[str, Any]] = []
-    live: list[str] = []
-    for call in plan:
-        record = tx.find(call_task_id(tx, run, call["call_id"]))
-        if record is None:
-            result = {
-                "type": "tool_result",
-                "call_id": call["call_id"],
-                "name": call["exposed"] or call["name"],
-                "text": f"not run: {STEERED}",
-                "is_error": True,
-                "code": "aborted",
-            }
-            append_entry(tx, cid, result)
-            continue
-        started.append(call)
-        if record.live:
-            tx.abort(record.id, STEERED)  # already marked by the steer; a no-op then
-            live.append(record.id)
-    if live:
-        return Waiting(checkpoint={**checkpoint, "plan": started}, on=tuple(live), policy="any")
-    return _request_next(tx, cid)
 
 
 def _request_next(tx: Any, cid: str) -> Running:
@@ -512,15 +482,6 @@ def _stopped_in(agent: Agent, tx: Any, cid: str, error: str, entry: dict[str, An
     return Terminal(outcome=Failed(error=error))
 
 
-def _carries_on(tx: Any, head: Any) -> bool:
-    """Whether the conversation lives on after this run: a conversation owned by a task
-    that is itself being aborted or has ended (a subagent's) starts nothing new."""
-    if head.owner_task is None:
-        return True
-    owner = tx.find(head.owner_task)
-    return owner is not None and owner.live and not owner.abort_marked
-
-
 async def _aborted(agent: Agent, task: TaskView, rt: Runtime) -> None:
     cid = task.input["conversation"]
     reason = task.abort_reason or "stopped"
@@ -530,15 +491,7 @@ async def _aborted(agent: Agent, task: TaskView, rt: Runtime) -> None:
 
         head = read_head(tx, cid)
         if head.run == task.id:
-            steers: list[str] = []
-            for rid in [*head.run_submissions, *head.queue]:
-                sub = read_submission(tx, cid, rid)
-                if sub is None or sub.status not in ("queued", "placed"):
-                    continue
-                if sub.status == "queued" and sub.when_busy == "steer" and _carries_on(tx, head):
-                    steers.append(rid)  # it already interrupted this run: it is answered next
-                else:
-                    settle(tx, sub, "unanswered", error=reason)
+            steers = settle_for_stop(tx, head, reason)
             write_head(
                 tx,
                 head.model_copy(

@@ -18,16 +18,26 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.ids import keyed_id
+from ..engine.state import Waiting
 from .conversation import (
     ConversationHead,
     append_entry,
     read_head,
     read_submission,
+    settle,
     write_head,
     write_submission,
 )
 
-__all__ = ["STEERED", "call_task_id", "interrupt_round", "place_steers", "steer_queued"]
+__all__ = [
+    "STEERED",
+    "call_task_id",
+    "interrupt_round",
+    "interrupted_round",
+    "place_steers",
+    "settle_for_stop",
+    "steer_queued",
+]
 
 STEERED = "interrupted by a steer"
 """The abort reason of calls a steer interrupted: the text of their error results."""
@@ -48,6 +58,64 @@ def interrupt_round(tx: Any, head: ConversationHead) -> int:
     return sum(
         1 for call_id in head.round_calls if tx.abort(call_task_id(tx, head.run, call_id), STEERED)
     )
+
+
+def interrupted_round(
+    tx: Any, cid: str, checkpoint: dict[str, Any], plan: list[dict[str, Any]]
+) -> Waiting | None:
+    """The generation's side of a steer, in its round: start none of the remaining calls
+    (each gets a ``not run`` result) and wait for the calls still live (the steer
+    abort-marked them); None once none is live (place the steer and ask the model). The plan
+    left in the checkpoint holds only calls that were started, so a rerun never writes a
+    ``not run`` result twice."""
+    run = tx.task_id
+    started: list[dict[str, Any]] = []
+    live: list[str] = []
+    for call in plan:
+        record = tx.find(call_task_id(tx, run, call["call_id"]))
+        if record is None:
+            result = {
+                "type": "tool_result",
+                "call_id": call["call_id"],
+                "name": call["exposed"] or call["name"],
+                "text": f"not run: {STEERED}",
+                "is_error": True,
+                "code": "aborted",
+            }
+            append_entry(tx, cid, result)
+            continue
+        started.append(call)
+        if record.live:
+            tx.abort(record.id, STEERED)  # already marked by the steer; a no-op then
+            live.append(record.id)
+    if live:
+        return Waiting(checkpoint={**checkpoint, "plan": started}, on=tuple(live), policy="any")
+    return None
+
+
+def settle_for_stop(tx: Any, head: ConversationHead, reason: str) -> list[str]:
+    """A Stop ends the run: settle what it placed, and queued follow-ups, ``unanswered``
+    with ``reason``; return the queued steers, which already interrupted the run and start the
+    next one (unless the conversation's owner is itself ending, as a subagent's is)."""
+    steers: list[str] = []
+    for rid in [*head.run_submissions, *head.queue]:
+        sub = read_submission(tx, head.id, rid)
+        if sub is None or sub.status not in ("queued", "placed"):
+            continue
+        if sub.status == "queued" and sub.when_busy == "steer" and _carries_on(tx, head):
+            steers.append(rid)
+        else:
+            settle(tx, sub, "unanswered", error=reason)
+    return steers
+
+
+def _carries_on(tx: Any, head: ConversationHead) -> bool:
+    """Whether the conversation lives on after this run: a conversation owned by a task
+    that is itself being aborted or has ended (a subagent's) starts nothing new."""
+    if head.owner_task is None:
+        return True
+    owner = tx.find(head.owner_task)
+    return owner is not None and owner.live and not owner.abort_marked
 
 
 def steer_queued(tx: Any, cid: str) -> bool:
