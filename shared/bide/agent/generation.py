@@ -244,21 +244,11 @@ async def _start_round(
 
 
 def _planned(
-    call_id: str,
-    name: str,
-    arguments: dict[str, Any],
-    exposed: str | None,
-    variant: str | None,
-    mode: str,
+    call_id: str, name: str, arguments: dict[str, Any], exposed: Any, variant: Any, mode: str
 ) -> dict[str, Any]:
-    return {
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "exposed": exposed,
-        "variant": variant,
-        "mode": mode,
-    }
+    return dict(
+        call_id=call_id, name=name, arguments=arguments, exposed=exposed, variant=variant, mode=mode
+    )
 
 
 def _assistant_entry(response: ModelResponse, run: str) -> dict[str, Any]:
