@@ -284,3 +284,51 @@ def test_a_crash_at_any_commit_of_a_steer_loses_nothing(when):
             assert s.h.live_tasks == {}, fail_at
 
     run(go())
+
+
+def test_a_call_that_steers_its_own_conversation_is_not_interrupted():
+    """A tool that submits a steer into the conversation it runs in cannot abort itself in
+    its own commit: it finishes, and the steer is placed at the boundary after it."""
+    holder: dict[str, Agent] = {}
+
+    async def notify(args, api):
+        def steer(tx):
+            from bide.agent import submit_in
+
+            submit_in(
+                holder["agent"], tx, "c1", "user says hurry", request_id="n1", when_busy="steer"
+            )
+
+        await api.write(steer)
+        return "noted"
+
+    def respond(request):
+        last = request.messages[-1]
+        if last.role == "user" and last.text == "start":
+            return call_tool("notify", {}, id="n-1")
+        return reply(f"answered: {last.text}")
+
+    async def go():
+        from test_workflow_support import Note
+
+        from bide.tools import define_tool
+
+        agent = Agent(
+            ScriptedProvider(respond), ToolRegistry([define_tool("notify", "", Note, notify)])
+        )
+        holder["agent"] = agent
+        kit = Kit(*agent.task_kinds())
+        conv = Conversations(kit.h, agent)
+        await kit.h.open()
+        await conv.create("c1")
+        await conv.submit("c1", "start", request_id="r1")
+        await kit.h.run_until_parked()
+        entries = [(e["type"], e.get("text")) for e in conv.entries("c1")]
+        assert entries[2:] == [
+            ("tool_result", "noted"),
+            ("user", "user says hurry"),
+            ("assistant", "answered: user says hurry"),
+        ]
+        assert kit.h.live_tasks == {}
+
+    run(go())

@@ -55,9 +55,22 @@ def interrupt_round(tx: Any, head: ConversationHead) -> int:
     many were live. Calls that ended already (or never started) are left as they are."""
     if head.run is None:
         return 0
-    return sum(
-        1 for call_id in head.round_calls if tx.abort(call_task_id(tx, head.run, call_id), STEERED)
-    )
+    # A steer submitted from inside one of the calls (or work it owns) leaves that call
+    # alone: a task cannot abort itself in its own commit. It is placed at the boundary.
+    spared = _committing_chain(tx)
+    targets = [call_task_id(tx, head.run, call_id) for call_id in head.round_calls]
+    return sum(1 for task_id in targets if task_id not in spared and tx.abort(task_id, STEERED))
+
+
+def _committing_chain(tx: Any) -> set[str]:
+    """The committing task and its owners (empty for a host command)."""
+    chain: set[str] = set()
+    task_id = tx.task_id
+    while task_id is not None and task_id not in chain:
+        chain.add(task_id)
+        record = tx.find(task_id) if hasattr(tx, "find") else None
+        task_id = record.owner if record is not None else None
+    return chain
 
 
 def interrupted_round(
