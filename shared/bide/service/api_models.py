@@ -40,7 +40,8 @@ class SubmitInput(BaseModel):
     )
     when_busy: Literal["steer", "follow_up", "reject"] = Field(
         default="follow_up",
-        description="what to do while a run is going: join it at its next boundary (steer), "
+        description="what to do while a run is going: interrupt its tool calls and be answered "
+        "next by it (steer), "
         "start after it (follow_up) or refuse (reject)",
     )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from ..agent.generation import STOP_AT_SERVICE
 from ..constants import SCHEDULER_PRECISION_SECONDS
 from ..engine.harness import Harness
 from ..engine.rules import Wake
@@ -76,7 +77,11 @@ async def _run_pass(deps: Deps, session_id: str, stop_at: float | None) -> _Pass
         deps.app.task_kinds(),
         clock=deps.clock,
         ids=deps.ids,
-        services=deps.harness_services(),
+        # A model request started now learns how long it may take (bide.agent.generation).
+        services={
+            **deps.harness_services(),
+            **({} if stop_at is None else {STOP_AT_SERVICE: stop_at}),
+        },
         lease_seconds=deps.lease_seconds,
     )
     await harness.open()
