@@ -51,6 +51,7 @@ from .providers.base import (
     ToolSpec,
     UserMessage,
 )
+from .run_end import run_ended_in
 from .steering import interrupted_round, place_steers, settle_for_stop, steer_queued
 
 if TYPE_CHECKING:
@@ -430,6 +431,7 @@ def _finish_in(agent: Agent, tx: Any, cid: str, answer_index: int, started: list
         sub = read_submission(tx, cid, rid)
         if sub is not None:
             settle(tx, sub, "done", answer=result["answer"], answer_entry=answer_index)
+    run_ended_in(tx, cid, tx.task_id, "done", answer=result["answer"])
     _release(agent, tx, cid)
     if started:
         ids = [
@@ -468,6 +470,7 @@ def _stopped_in(agent: Agent, tx: Any, cid: str, error: str, entry: dict[str, An
         if sub is not None:
             settle(tx, sub, "unanswered", error=error)
     append_entry(tx, cid, entry)
+    run_ended_in(tx, cid, tx.task_id, "failed", error=error)
     _release(agent, tx, cid)
     return Terminal(outcome=Failed(error=error))
 
@@ -481,6 +484,7 @@ async def _aborted(agent: Agent, task: TaskView, rt: Runtime) -> None:
 
         head = read_head(tx, cid)
         if head.run == task.id:
+            run_ended_in(tx, cid, task.id, "stopped", error=reason)
             steers = settle_for_stop(tx, head, reason)
             write_head(
                 tx,
