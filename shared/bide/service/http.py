@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from . import observability as obs
 from . import routes_api, routes_signal
 from .deps import Deps
+from .host import long_poll
 from .routes_api import API_ROUTES
 from .routes_signal import SIGNAL_ROUTES
 from .transport import hostile_json, json_response, json_text, run, unreadable_body
@@ -206,7 +207,8 @@ async def handle_api(deps: Deps, event: dict[str, Any], context: Any) -> dict[st
     (:mod:`bide.service.routes_api`): 404 for an unknown session or route, 422 naming each
     invalid field and why, 503 when the store is busy; 400 for a body that is not UTF-8
     text."""
-    return await _serve(API, deps, event, context)
+    # A long poll of the events route waits between answers, outside the route lock.
+    return await long_poll(deps, event, lambda e: _serve(API, deps, e, context))
 
 
 async def handle_signal(deps: Deps, event: dict[str, Any], context: Any) -> dict[str, Any]:
