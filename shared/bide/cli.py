@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from .engine.clock import SystemClock
 from .engine.errors import BideError
 from .local import client as api
-from .local import listing
+from .local import host_cli, listing
 from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path_of
 from .local.redrive import RedriveError, add_redrive_parser, run_redrive
 from .local.render import hook_line, not_taken, render_session
@@ -188,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("task")
     add_redrive_parser(command)
     listing.add_parser(command)
+    host_cli.add_parsers(command)
     return parser
 
 
@@ -465,7 +466,18 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], object]] = {
     "cancel": cmd_cancel,
     "redrive": lambda args: print(run_redrive(args)),  # see bide.local.redrive
     "sessions": lambda args: listing.run(args, _client(args)),
+    # bide.local.host_cli: the event stream and the host actions.
+    "events": lambda args: host_cli.run_events(args, _client(args, host_cli.MAX_WAIT_SECONDS + 10)),
+    **dict.fromkeys(("deny", "resolve", "reject", "reply"), lambda args: _host_action(args)),
 }
+
+
+def _host_action(args: argparse.Namespace) -> None:
+    try:
+        result = host_cli.run_action(args, _client(args))
+    except host_cli.HostCommandFailed as exc:
+        raise CommandFailed(str(exc), EXIT_REFUSED) from None
+    print(result)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
