@@ -81,7 +81,11 @@ def test_resolve_and_reject_end_promises_and_their_events_page_on(deps: Deps) ->
     sid = session(deps, "p-1", "p-2")
     status, body = call(deps, "POST", f"/sessions/{sid}/promises/p-1/resolve", {"value": [1]})
     assert (status, body) == (200, {"result": "settled"})
-    assert (sid, "promise-stored") in deps.queue.wakes  # its waiters get to run
+    # Woken before the write (arm before signal) and after it (its waiters get to run).
+    assert [w for w in deps.queue.wakes if w[0] == sid] == [
+        (sid, "promise"),
+        (sid, "promise-stored"),
+    ]
     status, body = call(deps, "POST", f"/sessions/{sid}/promises/p-1/reject", {"error": "late"})
     assert (status, body) == (200, {"result": "ignored"})  # the first outcome stands
     status, body = call(deps, "POST", f"/sessions/{sid}/promises/nope/resolve", {})
