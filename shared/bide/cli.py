@@ -466,18 +466,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], object]] = {
     "cancel": cmd_cancel,
     "redrive": lambda args: print(run_redrive(args)),  # see bide.local.redrive
     "sessions": lambda args: listing.run(args, _client(args)),
-    # bide.local.host_cli: the event stream and the host actions.
-    "events": lambda args: host_cli.run_events(args, _client(args, host_cli.MAX_WAIT_SECONDS + 10)),
-    **dict.fromkeys(("deny", "resolve", "reject", "reply"), lambda args: _host_action(args)),
+    **host_cli.commands(_client),  # events, deny, resolve, reject, reply
 }
-
-
-def _host_action(args: argparse.Namespace) -> None:
-    try:
-        result = host_cli.run_action(args, _client(args))
-    except host_cli.HostCommandFailed as exc:
-        raise CommandFailed(str(exc), EXIT_REFUSED) from None
-    print(result)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -485,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         COMMANDS[args.command](args)
-    except CommandFailed as exc:
+    except (CommandFailed, host_cli.HostCommandFailed) as exc:
         if str(exc):
             print(f"bide {args.command}: {exc}", file=sys.stderr)
         return exc.code

@@ -18,7 +18,9 @@ MAX_WAIT_SECONDS = 20
 
 
 class HostCommandFailed(Exception):
-    """The server refused the command (exit 1); the message says why."""
+    """The server refused the command (exit ``code``: 1); the message says why."""
+
+    code = 1
 
 
 def add_parsers(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
@@ -56,6 +58,21 @@ def add_parsers(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
     reply.add_argument("--correlation", required=True, help="the key's correlation id")
     reply.add_argument("--value", help="the reply as JSON (resolved)")
     reply.add_argument("--error", help="reject the key with this error instead")
+
+
+def commands(
+    client: Callable[[argparse.Namespace, float | None], ApiClient],
+) -> dict[str, Callable[[argparse.Namespace], Any]]:
+    """The CLI's handlers of the host commands; ``client(args, timeout)`` makes the client."""
+
+    def events(args: argparse.Namespace) -> None:
+        # The client waits longer than the longest long poll.
+        run_events(args, client(args, MAX_WAIT_SECONDS + 10))
+
+    def action(args: argparse.Namespace) -> None:
+        print(run_action(args, client(args, None)))
+
+    return {"events": events, **dict.fromkeys(("deny", "resolve", "reject", "reply"), action)}
 
 
 def _wait(text: str) -> int:
