@@ -157,7 +157,10 @@ def _replayed(name: str) -> tuple[Any, Any]:
         if isinstance(outcome, Finished):
             return result_of_value(outcome.value)
         assert isinstance(outcome, Errored)
-        return ToolResult.error(ToolErrorCode.TOOL_ERROR, outcome.error)
+        details = (
+            None if outcome.nondeterminism is None else {"nondeterminism": outcome.nondeterminism}
+        )
+        return ToolResult.error(ToolErrorCode.TOOL_ERROR, outcome.error, details=details)
 
     async def cancel(args: Any, api: ToolExecutionApi) -> None:
         tool = _resolve(api, name)

@@ -46,6 +46,11 @@ class AskOp(Op[AskAnswer]):
         """The question's id (what an answer names)."""
         return self._request.id
 
+    def arguments(self) -> Any:
+        return self._request.model_dump(
+            mode="json", include={"prompt", "display", "options", "allow_freeform"}
+        )
+
     def params(self) -> dict[str, Any]:
         return {"doc": ask_key(self._request.id)}
 
