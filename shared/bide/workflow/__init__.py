@@ -65,7 +65,7 @@ from .index import (
     end_session_in,
     task_cancel_tool,
 )
-from .ops import Op, RetryPolicy, Webhook
+from .ops import Op, RaceResult, RetryPolicy, Webhook
 from .requests import (
     AskAnswer,
     AskOption,
@@ -91,6 +91,7 @@ __all__ = [
     "InputRequest",
     "NonDeterminism",
     "Op",
+    "RaceResult",
     "RetryPolicy",
     "StepContext",
     "StepFailed",
