@@ -47,8 +47,12 @@ class AskOp(Op[AskAnswer]):
         return self._request.id
 
     def arguments(self) -> Any:
+        # Defaults left out: a field a later version adds to AskOption (with a default)
+        # must not change the digest of questions asked before it existed.
         return self._request.model_dump(
-            mode="json", include={"prompt", "display", "options", "allow_freeform"}
+            mode="json",
+            include={"prompt", "display", "options", "allow_freeform"},
+            exclude_defaults=True,
         )
 
     def params(self) -> dict[str, Any]:

@@ -82,7 +82,9 @@ class Op(Generic[T]):
     def arguments(self) -> Any:
         """What the body passed to create the operation, as JSON (what its digest covers).
         A replay passing other arguments is non-determinism. Values computed at the first
-        evaluation (a deadline from the clock, a nonce) are not arguments."""
+        evaluation (a deadline from the clock, a nonce) are not arguments. The digest must
+        stay the same across versions for the same call: a new argument enters it only when
+        it is not at its default."""
         return None
 
     def digest(self) -> str:
