@@ -165,6 +165,22 @@ def test_lambda_steps_are_named_apart_and_old_lambda_names_still_replay():
     assert names == ["body.<lambda>#1", "body.<lambda>#2"]
 
 
+def test_a_partial_step_is_named_after_its_function_and_its_old_name_replays():
+    version = {"v": 1}
+
+    def add(step, n):
+        return n + 1
+
+    async def body(args, ctx):
+        op = ctx.step(functools.partial(add, n=1), name="step" if version["v"] == 1 else None)
+        value = await op
+        await ctx.sleep(hours=1)
+        return f"{op.name}={value}"
+
+    _t, result = _parked_then_changed(body, version)
+    assert result.text == "add=2"
+
+
 def test_a_lambda_step_replaced_by_another_lambda_later_in_the_body_is_detected():
     version = {"v": 1}
 
