@@ -224,7 +224,8 @@ class WorkflowContext:
         if base is None:
             return type(inner).__name__, ("step",)
         if base != "<lambda>":
-            return str(base), ()
+            # Versions before these names called a partial (no __name__ of its own) "step".
+            return str(base), ("step",) if inner is not fn else ()
         # "outer.<locals>.body.<locals>.<lambda>" -> "body"; comprehension scopes are
         # skipped (whether they have their own scope depends on the Python version).
         parts = [
