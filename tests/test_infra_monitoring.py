@@ -167,7 +167,7 @@ def _nondeterministic_workflow() -> None:
     from test_workflow_support import Note, Tools
 
     from bide.workflow import define_workflow_tool
-    from bide.workflow.context import NONDETERMINISM_SINK
+    from bide.workflow.nondeterminism import NONDETERMINISM_SINK
 
     version = {"hours": 1}
 

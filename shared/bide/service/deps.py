@@ -14,7 +14,7 @@ from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
 from ..engine.store.base import Store
 from ..tools.webhook_keys import WEBHOOK_KEYS_SERVICE, WebhookKeys, process_keys
-from ..workflow.context import NONDETERMINISM_SINK
+from ..workflow.nondeterminism import NONDETERMINISM_SINK
 from . import observability as obs
 
 

@@ -161,7 +161,7 @@ class ObservedStore(StoreWrapper):
 
 
 def workflow_nondeterminism(session_id: str, details: dict[str, Any]) -> None:
-    """The harness service :data:`bide.workflow.context.NONDETERMINISM_SINK`: a workflow run
+    """The harness service :data:`bide.workflow.nondeterminism.NONDETERMINISM_SINK`: a workflow run
     failed because its body no longer replays its history (a deploy changed a body with runs
     in flight). One error log line and one count of :data:`WORKFLOW_NONDETERMINISM`."""
     logger.error(

@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import logging
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -29,7 +27,8 @@ from ..engine.signals import SignalToken
 from ..tools.results import Sleep
 from .auth import providers_of, resolved
 from .errors import AuthorizationRequired, Cancelled, NonDeterminism, WorkflowError, _Suspend
-from .history import PREFIX, WAKE, has_history, memos, op_memo, result_memo, seq_key
+from .history import WAKE, has_history, memos, op_memo, result_memo, seq_key
+from .nondeterminism import fewer_operations, report_nondeterminism
 from .ops import (
     AgentOp,
     AskOp,
@@ -543,7 +542,7 @@ async def run_body(
     if ctx._dead is not None:
         raise ctx._dead
     if ctx._nondeterminism is None and not ctx._suspended and not cancelling:
-        ctx._nondeterminism = _fewer_operations(host.rt, ctx._seq)
+        ctx._nondeterminism = fewer_operations(host.rt, ctx._seq)
     if ctx._nondeterminism is not None:
         details = await report_nondeterminism(host, ctx._nondeterminism)
         return Errored(str(ctx._nondeterminism), nondeterminism=details)
@@ -555,61 +554,6 @@ async def run_body(
     if failure is not None:
         return Errored(f"{type(failure).__name__}: {failure}")
     return Finished(value)
-
-
-def _fewer_operations(rt: Runtime, created: int) -> NonDeterminism | None:
-    """Non-determinism when the history holds an operation past the ``created`` ones the
-    body asked for before it ended: the body skipped operations it recorded before."""
-    later = [
-        (int(name[len(PREFIX) :]), record)
-        for name, record in memos(rt).items()
-        if _OP_MEMO.fullmatch(name) and int(name[len(PREFIX) :]) > created
-    ]
-    if not later:
-        return None
-    seq, record = min(later, key=lambda item: item[0])
-    recorded = (str(record.get("op")), str(record.get("name")))
-    return NonDeterminism(seq, recorded, ("end", ""), reason="count")
-
-
-_OP_MEMO = re.compile(r"wf\.[0-9]+")
-
-NONDETERMINISM_PREFIX = "wf/nondeterminism/"
-"""Documents ``wf/nondeterminism/<task id>``: a run that no longer replays its history."""
-
-NONDETERMINISM_SINK = "workflow_nondeterminism"
-"""The harness service told of each detection (the host logs it and counts a metric)."""
-
-_log = logging.getLogger("bide.workflow")
-
-
-async def report_nondeterminism(host: RunHost, error: NonDeterminism) -> dict[str, Any]:
-    """Tell an operator: a document the workflow view lists (written once per task), then
-    the host's :data:`NONDETERMINISM_SINK` (or this package's log when there is none). The
-    details, as the task's outcome carries them."""
-    rt = host.rt
-    details = {
-        "task_id": rt.task_id,
-        "tool": host.tool,
-        "call_id": host.call_id,
-        **error.describe(),
-    }
-
-    def write(tx: Any) -> dict[str, Any]:
-        key = NONDETERMINISM_PREFIX + rt.task_id
-        found = tx.get_doc(key)
-        if found is None:
-            found = {**details, "detected_at": tx.now()}
-            tx.put_doc(key, found)
-        return found  # type: ignore[no-any-return]
-
-    details = await rt.write(write)
-    sink = rt.services.get(NONDETERMINISM_SINK)
-    if sink is not None:
-        sink(rt.session_id, details)
-    else:
-        _log.error("workflow non-determinism in session %s: %s", rt.session_id, details)
-    return details
 
 
 def open_requests(rt: Runtime) -> list[str]:

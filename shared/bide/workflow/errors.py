@@ -83,7 +83,7 @@ class NonDeterminism(BideError):
       holds (``requested`` is then ``("end", "")``).
 
     The run ends failed with this error (an ``except`` in the body does not help: every later
-    operation raises it again), and the host is told (see :mod:`bide.workflow.context`)."""
+    operation raises it again), and the host is told (see :mod:`bide.workflow.nondeterminism`)."""
 
     def __init__(
         self,

@@ -18,9 +18,9 @@ from ..engine.signals import SignalResult
 from ..tools.webhook_keys import keys_of
 from ..tools.webhooks import WebhookRejected, resolve
 from .auth import providers_of, resolved
-from .context import NONDETERMINISM_PREFIX
 from .history import WEBHOOK
 from .index import background_tasks
+from .nondeterminism import NONDETERMINISM_PREFIX
 from .requests import auth_key, complete_in, pending_asks, pending_authorizations
 
 
