@@ -222,8 +222,8 @@ class Delivery(BaseModel):
 
 
 class WorkflowView(BaseModel):
-    """``GET /sessions/{session_id}/workflow``: open questions, sign-ins, background tasks
-    and pending approvals."""
+    """``GET /sessions/{session_id}/workflow``: open questions, sign-ins, background tasks,
+    pending approvals and runs that failed on non-determinism."""
 
     asks: list[dict[str, Any]]
     authorizations: list[dict[str, Any]]
@@ -232,6 +232,11 @@ class WorkflowView(BaseModel):
         default_factory=list,
         description="approvals waiting for a decision (bide.approvals), with the arguments "
         "of the call they would let run",
+    )
+    nondeterminism: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="workflow runs that failed because their body no longer replays its "
+        "recorded history (task_id, tool, position, reason, message, detected_at)",
     )
 
 

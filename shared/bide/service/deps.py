@@ -14,6 +14,8 @@ from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
 from ..engine.store.base import Store
 from ..tools.webhook_keys import WEBHOOK_KEYS_SERVICE, WebhookKeys, process_keys
+from ..workflow.nondeterminism import NONDETERMINISM_SINK
+from . import observability as obs
 
 
 @dataclass
@@ -51,5 +53,6 @@ class Deps:
         return {
             "webhook_base_url": self.webhook_base_url,
             WEBHOOK_KEYS_SERVICE: self.webhook_keys,
+            NONDETERMINISM_SINK: obs.workflow_nondeterminism,
             **self.services,
         }
