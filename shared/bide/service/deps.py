@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..app import App
 from ..aws.ports import Alarms, DeadLetters, WakeQueue
 from ..constants import WORKER_LEASE_SECONDS
 from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
 from ..engine.store.base import Store
 from ..tools.webhook_keys import WEBHOOK_KEYS_SERVICE, WebhookKeys, process_keys
+
+if TYPE_CHECKING:
+    from ..app import App  # the app's tasks and tools: imported by whoever builds Deps
 
 
 @dataclass
