@@ -3,22 +3,26 @@
 What a cold start pays before its first AWS call is the handler's import plus the creation of
 its first client (every handler's first call reads the session table: a DynamoDB client).
 The baseline is the floor any Python function using the SDK pays: ``import boto3`` and
-``boto3.client("dynamodb")``. Both are timed in the same run, the same way.
+``boto3.client("dynamodb")``. Both are timed in the same run, the same way. A third mark adds
+the rest of the first call's setup, its AWS calls aside: the settings, the app named by
+``BIDE_APP`` (a one-line ``App()``) and, for the HTTP functions, the resolver.
 
 As deployed: the bench copies the bundle layout into a scratch folder and compiles it the way
 :mod:`bide.cdk.bundling` does (``compileall --invalidation-mode unchecked-hash``):
 
 * ``fn/<name>/handler.py``: the function's entry module (``functions/<name>/handler.py``);
-* ``code/bide``: the package, less ``cdk`` and ``scaffold`` (not bundled);
+* ``code/``: the ``bide`` package, less ``cdk`` and ``scaffold`` (not bundled), and the app;
 * ``layer/``: every installed package the probes import (pydantic, Powertools, ...) with
   its ``.dist-info``, and boto3/botocore, which Lambda's runtime provides.
 
 Each trial is a fresh interpreter (``-I -S -B``: no site-packages, no environment paths, no
-bytecode written) whose ``sys.path`` is the standard library, then the function's folder,
-``code/`` and ``layer/``, as Lambda's is. The probe times, with ``time.perf_counter`` inside
-the process (interpreter start-up excluded, shown separately), the import and then the client.
-Targets alternate; the median of each is reported. Fake credentials and a 127.0.0.1 endpoint:
-creating a client sends nothing.
+bytecode written) whose ``sys.path`` is the standard library (with its own bytecode), then
+the function's folder, ``code/`` and ``layer/``, as Lambda's is. Inside the process the probe
+reads ``time.process_time`` (CPU) and ``time.perf_counter`` (wall) at each mark, so
+interpreter start-up is excluded (shown separately). CPU time is the figure to compare: on a
+shared machine the wall time mostly measures waiting for a core. Targets alternate; the
+median of each is reported. Fake credentials and a 127.0.0.1 endpoint: creating a client
+sends nothing, and nothing else is called.
 
 Run from the repository root:  PYTHONPATH=shared python bench/bench_cold_start.py [trials]
 """
