@@ -156,17 +156,18 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'bide' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # found directly from now on
-    return value
+if not TYPE_CHECKING:  # mypy checks names against the imports above
 
+    def __getattr__(name: str) -> Any:
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module 'bide' has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value  # found directly from now on
+        return value
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_EXPORTS})
 
 
 __all__ = [

@@ -100,11 +100,13 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+if not TYPE_CHECKING:  # mypy checks names against the imports above
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 
 #: The sessions API. Powertools decodes the JSON bodies its routes take as UTF-8.

@@ -10,13 +10,15 @@ if TYPE_CHECKING:
     from .sqlite import SQLiteStore
 
 
-def __getattr__(name: str) -> Any:
-    # Imported on first use: a Lambda function stores in DynamoDB and never loads sqlite3.
-    if name == "SQLiteStore":
-        from .sqlite import SQLiteStore
+if not TYPE_CHECKING:  # mypy checks names against the imports above
 
-        return SQLiteStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        # Imported on first use: a Lambda function stores in DynamoDB and never loads sqlite3.
+        if name == "SQLiteStore":
+            from .sqlite import SQLiteStore
+
+            return SQLiteStore
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["MAX_COMMIT_ITEMS", "Doc", "SQLiteStore", "SessionSnapshot", "Store", "StoreWrapper"]
