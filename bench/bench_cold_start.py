@@ -89,25 +89,31 @@ BENCH_APP = """from bide import App
 app = App()
 """
 
-# Lists the installed top-level packages the probes import (run once, with site-packages).
+# Lists the installed top-level packages the probes import (run once, with site-packages; what
+# the site module itself imported is left out, as Lambda has no such site-packages).
 CLOSURE = """
 import sys
 sys.path[:0] = sys.argv[1:]
 before = set(sys.modules)
 import boto3
 boto3.client(%r)
-for name in %r:
+for folder in %r:
     sys.modules.pop("handler", None)
-    sys.path.insert(0, name)
+    sys.path.insert(0, folder)
     import handler
     sys.path.pop(0)
+from bide.handlers import api, signal, worker
+from bide.service import http
 from bide.service.config import LazyClient
+worker.configured()
+http._resolver_for(signal.configured(), http.SIGNAL)
+http._resolver_for(api.configured(), http.API)
 site = [p for p in sys.path if p.endswith("site-packages")]
 tops = set()
-for mod in list(sys.modules.values()):
+for name, mod in list(sys.modules.items()):
     where = getattr(mod, "__file__", None) or ""
-    if any(where.startswith(p) for p in site):
-        tops.add(mod.__name__.split(".")[0])
+    if name not in before and any(where.startswith(p) for p in site):
+        tops.add(name.split(".")[0])
 print("\\n".join(sorted(tops)))
 """
 
@@ -145,7 +151,7 @@ def installed_closure(scratch: Path, env: dict[str, str]) -> list[str]:
     folders = [str(scratch / "fn" / name) for name in HANDLERS]
     script = CLOSURE % (FIRST_CLIENT, folders)
     done = subprocess.run(
-        [sys.executable, "-c", script, str(ROOT / "shared")],
+        [sys.executable, "-c", script, str(scratch / "code")],
         env=env,
         capture_output=True,
         text=True,
