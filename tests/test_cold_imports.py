@@ -56,8 +56,7 @@ NEVER_AT_IMPORT = (
     "hypothesis",
     "pytest",
 )
-# What each function neither imports nor needs for its resolver (the app it loads on its first
-# call may import more: that is the app's choice).
+# What each function's import leaves out besides: the other functions' routes and loop.
 NOT_ON_PATH = {
     "worker": ("bide.service.routes_api", "bide.service.routes_signal", "bide.service.api_models"),
     "signal": (
@@ -69,24 +68,41 @@ NOT_ON_PATH = {
     "api": ("bide.service.routes_signal", "bide.service.worker_batch"),
 }
 
+# argv: the function, its folders, then "import" or "setup" (the first call's setup too: its
+# configuration, with the app, and an HTTP function's resolver).
 PROBE = """
-import json, sys
-sys.path[:0] = sys.argv[1:3]
+import importlib, json, sys
+function = sys.argv[1]
+sys.path[:0] = sys.argv[2:4]
 import handler
-if sys.argv[3] == "setup":
-    from bide.service import http
-    http.resolver(http.SIGNAL if "signal" in sys.argv[1] else http.API)
+if sys.argv[4] == "setup":
+    deps = importlib.import_module("bide.handlers." + function).configured()
+    if function != "worker":
+        from bide.service import http
+        http._resolver_for(deps, http.SIGNAL if function == "signal" else http.API)
 print(json.dumps(sorted(sys.modules)))
 """
+# A function's configuration for the setup (nothing is called: clients are made on first use).
+SETTINGS = {
+    "BIDE_APP": "cold_app:app",
+    "BIDE_TABLE": "sessions",
+    "BIDE_BUCKET": "values",
+    "BIDE_WAKE_QUEUE_URL": "http://127.0.0.1:9/000000000000/wakes.fifo",
+    "BIDE_WAKE_QUEUE_ARN": "arn:aws:sqs:us-east-1:000000000000:wakes.fifo",
+    "BIDE_SCHEDULE_GROUP": "alarms",
+    "BIDE_SCHEDULER_ROLE_ARN": "arn:aws:iam::000000000000:role/scheduler",
+}
 
 
-def loaded(function: str, *, setup: bool = False) -> list[str]:
+def loaded(function: str, app_dir: Path | None = None) -> list[str]:
     """The modules loaded in a fresh interpreter by importing ``function``'s entry module
-    (then, with ``setup``, building its HTTP resolver as its first call does)."""
+    (then, given the folder of the app to load, doing its first call's setup)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "BIDE_TRACING")}
+    if app_dir is not None:
+        env.update(SETTINGS, PYTHONPATH=str(app_dir))
     folders = [str(ROOT / "functions" / function), str(ROOT / "shared")]
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *folders, "setup" if setup else "import"],
+        [sys.executable, "-c", PROBE, function, *folders, "import" if app_dir is None else "setup"],
         env=env,
         capture_output=True,
         text=True,
@@ -110,10 +126,17 @@ def test_a_function_imports_its_path_only(function: str) -> None:
 
 
 @pytest.mark.parametrize("function", ["signal", "api"])
-def test_an_http_function_builds_its_own_routes_only(function: str) -> None:
-    modules = loaded(function, setup=True)
+def test_an_http_function_sets_up_its_own_routes_only(function: str, tmp_path: Path) -> None:
+    (tmp_path / "cold_app.py").write_text("from bide import App\n\napp = App()\n")
+    modules = loaded(function, tmp_path)
     assert "aws_lambda_powertools.event_handler" in modules  # the resolver was built
-    assert matching(modules, NOT_ON_PATH[function]) == []
+    assert "bide.app" in modules  # and the app loaded
+    # Its own routes only (the stack gives every function the Scheduler settings, so each
+    # builds its alarms adapter; no client is made until one arms).
+    not_wanted = ("bide.service.routes_api", "bide.service.api_models")
+    if function == "api":
+        not_wanted = ("bide.service.routes_signal",)
+    assert matching(modules, (*not_wanted, "boto3")) == []
 
 
 def test_the_public_names_are_imported_on_first_use() -> None:
