@@ -6,9 +6,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SESSION_ID_PATTERN = r"^[A-Za-z0-9_.:@=+-]{1,128}$"
+from .paths import MAX_NAME as MAX_NAME  # re-exported: routes_api takes them from here
+from .paths import SESSION_ID_PATTERN as SESSION_ID_PATTERN
+
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9_.:@=+-]{1,128}$"
-MAX_NAME = 256  # task ids, signal names and keys in a path
 MAX_CONTENT_CHARS = 100_000  # one user input; larger text belongs in a document or a file
 
 

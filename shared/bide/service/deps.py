@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..app import App
 from ..aws.ports import Alarms, DeadLetters, WakeQueue
 from ..constants import WORKER_LEASE_SECONDS
 from ..engine.clock import Clock, SystemClock
@@ -16,6 +15,9 @@ from ..engine.store.base import Store
 from ..tools.webhook_keys import WEBHOOK_KEYS_SERVICE, WebhookKeys, process_keys
 from ..workflow.nondeterminism import NONDETERMINISM_SINK
 from . import observability as obs
+
+if TYPE_CHECKING:
+    from ..app import App  # the app's tasks and tools: imported by whoever builds Deps
 
 
 @dataclass
