@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..aws.ports import Alarms, DeadLetters, WakeQueue
-from ..constants import WORKER_LEASE_SECONDS
+from ..constants import NONDETERMINISM_SINK, WORKER_LEASE_SECONDS
 from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
 from ..engine.store.base import Store
 from ..tools.webhook_keys import WEBHOOK_KEYS_SERVICE, WebhookKeys, process_keys
-from ..workflow.nondeterminism import NONDETERMINISM_SINK
 from . import observability as obs
 
 if TYPE_CHECKING:

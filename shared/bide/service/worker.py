@@ -16,8 +16,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from ..agent.generation import STOP_AT_SERVICE
-from ..constants import SCHEDULER_PRECISION_SECONDS
+from ..constants import SCHEDULER_PRECISION_SECONDS, STOP_AT_SERVICE
 from ..engine.harness import Harness
 from ..engine.rules import Wake
 from ..engine.state import Sleeping

@@ -16,6 +16,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..constants import NONDETERMINISM_SINK as NONDETERMINISM_SINK  # the service's name
 from .errors import NonDeterminism
 from .history import PREFIX, memos
 
@@ -44,8 +45,6 @@ _OP_MEMO = re.compile(r"wf\.[0-9]+")
 NONDETERMINISM_PREFIX = "wf/nondeterminism/"
 """Documents ``wf/nondeterminism/<task id>``: a run that no longer replays its history."""
 
-NONDETERMINISM_SINK = "workflow_nondeterminism"
-"""The harness service told of each detection (the host logs it and counts a metric)."""
 
 _log = logging.getLogger("bide.workflow")
 
