@@ -42,7 +42,7 @@ class _Pass:
     wake: Wake
     seq: int
     may_have_alarm: bool
-    loaded_at: float | None  # wake().at as loaded: the deadline the last arming was for
+    loaded_at: float | None  # the earliest sleep deadline as loaded (what was last armed)
     stopped: bool  # cut off at stop_at: running work was put back
 
 
@@ -58,7 +58,9 @@ async def run_session(
     ``at`` of its wake message, on its first delivery and attempt). When the session, as
     loaded, still waits for exactly that deadline, its schedule is the one that fired, and
     Scheduler deletes a one-time schedule itself once it fired (``ActionAfterCompletion``
-    ``DELETE``): a run that ends with no deadline has nothing to delete."""
+    ``DELETE``): a run that ends with no deadline has nothing to delete. (Were that schedule
+    not the session's latest after all, the one left fires once, finds nothing to do and
+    deletes itself: a spare wake, never a lost one.)"""
     may_have_alarm = False
     first = True
     while True:
