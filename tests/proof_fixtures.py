@@ -136,10 +136,6 @@ class Ledger:
         """Pass through."""
         return self.inner.head(session_id)
 
-    def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
-        """Pass through."""
-        return self.inner.task_at_head(session_id, task_id)
-
     def get_doc(self, session_id: str, key: str) -> Doc | None:
         """Pass through."""
         return self.inner.get_doc(session_id, key)
@@ -395,8 +391,7 @@ class Deployment:
                 for message in messages:
                     session_id, _ = parse_wake(message["Body"])
                     self.worker_runs += 1
-                    # As the worker function does: an alarm's first delivery names the
-                    # deadline whose schedule fired (and deleted itself).
+                    # As handle_worker does: an alarm's first delivery names its deadline.
                     receives = message.get("Attributes", {}).get("ApproximateReceiveCount")
                     fired = fired_for(message["Body"]) if receives == "1" else None
                     asyncio.run(run_session(self.deps, session_id, fired_for=fired))
@@ -449,8 +444,7 @@ class Deployment:
     # --- invariants -------------------------------------------------------------------------
 
     def wake(self, at: float | None = None) -> Wake:
-        """The session's ``wake()`` as the store holds it (read fault-free), at ``at`` (by
-        default now)."""
+        """The session's ``wake()`` as the store holds it (read fault-free), at ``at`` or now."""
 
         async def read() -> Wake:
             harness = self.harness(self.raw)

@@ -11,6 +11,9 @@ connection, another client: what a second process or Lambda would hold). The rac
 spread their threads over both. It defaults to ``store`` itself.
 
 Every test uses fresh session ids, so a store may be shared between tests.
+
+Long because: the contract is one list of what the engine relies on from any store, in one
+class a store's test module subclasses; split, a new store could pass half of it.
 """
 
 from __future__ import annotations
