@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..admission import NotAdvertised
+from ..constants import STOP_AT_SERVICE as _STOP_AT_SERVICE
 from ..engine.state import Completed, Failed, Running, Sleeping, Terminal, Waiting
 from ..engine.tasks import TaskDefinition, TaskView, define_task
 from .batch import schedule as schedule_batch
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 
 GENERATION_TASK = "bide.generation"
 
-STOP_AT_SERVICE = "invocation_stop_at"
+STOP_AT_SERVICE = _STOP_AT_SERVICE
 """The ``rt.services`` key under which a host puts the clock time its invocation stops
 starting work (a Lambda worker: the deadline less its safety margin). A model request is then
 told how long it may take (:attr:`~.providers.base.ModelRequest.time_limit`)."""
