@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..admission import NotAdvertised
 from ..constants import STOP_AT_SERVICE as _STOP_AT_SERVICE
-from ..engine.state import Completed, Failed, Running, Sleeping, Terminal, Waiting
+from ..engine.state import Aborted, Completed, Failed, Running, Sleeping, Terminal, Waiting
 from ..engine.tasks import TaskDefinition, TaskView, define_task
 from .batch import schedule as schedule_batch
 from .conversation import (
@@ -481,8 +481,6 @@ async def _aborted(agent: Agent, task: TaskView, rt: Runtime) -> None:
     reason = task.abort_reason or "stopped"
 
     def build(tx: Any) -> Terminal:
-        from ..engine.state import Aborted
-
         head = read_head(tx, cid)
         if head.run == task.id:
             run_ended_in(tx, cid, task.id, "stopped", error=reason)
