@@ -6,12 +6,21 @@ names the field of bad input. The long poll waits on the injected clock and slee
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 pytest.register_assert_rewrite("handler_fixtures")
-from handler_fixtures import PRINCIPAL, Probe, http_event, make_app, response_json  # noqa: E402
+from handler_fixtures import (  # noqa: E402
+    PRINCIPAL,
+    Probe,
+    aws_fixture,
+    bench_fixture,
+    http_event,
+    make_app,
+    response_json,
+)
 from test_workflow_support import Alarms, Queue  # noqa: E402
 
 from bide import Harness, ManualClock, RandomIds, SQLiteStore  # noqa: E402
@@ -19,6 +28,8 @@ from bide.promises import Promises  # noqa: E402
 from bide.service.deps import Deps  # noqa: E402
 from bide.service.host import MAX_WAIT_SECONDS, POLL_SECONDS  # noqa: E402
 from bide.service.http import handle_api  # noqa: E402
+
+__all__ = ["aws_fixture", "bench_fixture"]
 
 BOB = "arn:aws:sts::123456789012:assumed-role/developer/bob"
 
@@ -38,8 +49,11 @@ class Sleeper:
             await self.during(len(self.slept))
 
 
-@pytest.fixture
-def deps() -> Deps:
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def deps(request: pytest.FixtureRequest) -> Deps:
+    if request.param == "dynamodb":  # the moto/DynamoDB Local bench of handler_fixtures
+        made = request.getfixturevalue("bench").deps
+        return replace(made, queue=Queue(), sleep=Sleeper(made.clock))
     clock = ManualClock()
     return Deps(
         store=SQLiteStore(),

@@ -10,9 +10,11 @@ number, so numbers never repeat or skip.
 
 Bounds: one event's body is at most :data:`MAX_EVENT_BYTES` as JSON; a larger field value is
 replaced by :func:`summarised` (the reader fetches the full value from the page it belongs
-to). An emitting commit adds the event documents and the head to what it writes, so callers
-emit a fixed, small number of events per commit (one per operation; see
-:data:`MAX_EVENTS_PER_COMMIT`), which keeps every commit under the store's item limit.
+to). An emitting commit adds the event documents and the head (one item, however many events) to
+what it writes. Callers emit one event per operation: a run's end, an approval request or
+decision, a promise's end (a commit ending several promises, such as a bound invocation found
+undeliverable, adds one per promise, as it already writes one document per promise), so an
+event at most doubles the items an operation adds and commits stay under the store's limit.
 """
 
 from __future__ import annotations
@@ -27,8 +29,6 @@ SEQ_DIGITS = 12
 MAX_EVENT_BYTES = 8 * 1024
 #: A field value larger than this is summarised in the event (its size, not its content).
 MAX_FIELD_BYTES = 2 * 1024
-#: Events one operation adds to its commit: one each (the callers of emit_in keep to it).
-MAX_EVENTS_PER_COMMIT = 1
 
 EVENT_TYPES = (
     "run_ended",

@@ -35,7 +35,7 @@ from ..engine.host import host_commit
 from ..promises import Promises, ResolveResult
 from ..tools.define import tool_owners
 from .deps import Deps
-from .pages import MAX_PAGE_BYTES, Page, build_page, decode_cursor
+from .pages import MAX_PAGE_BYTES, BadCursor, Page, build_page, decode_cursor
 
 #: The longest a long poll waits for an event (seconds); see the module.
 MAX_WAIT_SECONDS = 20
@@ -51,7 +51,7 @@ def events_page(
     """Events after ``cursor`` (from the first without one), oldest first."""
     after = decode_cursor(cursor, session=session_id, kind=EVENTS_KIND)
     if after is not None and not (isinstance(after, str) and after.startswith(EVENT_PREFIX)):
-        raise_bad_position()
+        _bad_position()
     docs = deps.store.list_docs(session_id, EVENT_PREFIX, start_after=after, limit=limit + 1)
     return build_page(
         ((d.key, d.body) for d in docs),
@@ -63,10 +63,8 @@ def events_page(
     )
 
 
-def raise_bad_position() -> None:
-    """A cursor of this API and list that names no event (400)."""
-    from .pages import BadCursor
-
+def _bad_position() -> None:
+    # A cursor this API issued for this list always names an event key.
     raise BadCursor("cursor", "not a position in the events list")
 
 
