@@ -453,7 +453,7 @@ def test_stage_access_logs_without_tokens_and_throttling(stack, template):
 def test_alarms_on_dead_letters_and_function_errors(stack, template):
     service = stack.service
     # The others: tests/test_infra_monitoring.py.
-    template.resource_count_is("AWS::CloudWatch::Alarm", 17)
+    template.resource_count_is("AWS::CloudWatch::Alarm", 18)
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",
         {

@@ -6,7 +6,8 @@ each handler's flows on moto (the worker's runs, parks, alarms, offloads, retrie
 letters; the signal function's webhook and by-task deliveries, large ones included; the API's
 create, submit, list, view and webhook listing) with a botocore ``before-parameter-build`` hook that
 records, per function, every AWS action its code makes (a TransactWriteItems counts as the
-Put/Update/Delete/ConditionCheck it contains, as IAM authorises it) and the resource it is on.
+Put/Update/Delete/ConditionCheck it contains, a TransactGetItems as its GetItems, as IAM
+authorises them) and the resource it is on.
 The recording must equal :data:`bide.cdk.functions.FUNCTION_GRANTS`: nothing missing, nothing
 unused. :func:`test_the_synthesized_policies_grant_exactly_that` then checks the synthesized
 roles hold exactly those grants, plus what CDK adds with a reason (:data:`ADDED_BY_CDK`).
@@ -89,6 +90,7 @@ _TRANSACT = {
     "Update": "UpdateItem",
     "Delete": "DeleteItem",
     "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",  # TransactGetItems
 }
 
 
@@ -109,7 +111,9 @@ class Recorder:
             return  # the test's own set-up and checks, or Lambda's poller
         service, op = model.service_model.service_name, model.name
         found: list[tuple[str, str]]
-        if service == "dynamodb" and op == "TransactWriteItems":
+        # IAM authorises a transaction's actions as the single-item operations they contain
+        # (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html).
+        if service == "dynamodb" and op in ("TransactWriteItems", "TransactGetItems"):
             found = [
                 ("table", f"dynamodb:{_TRANSACT[kind]}")
                 for item in params["TransactItems"]
