@@ -73,3 +73,9 @@ ENV_SCHEDULE_DLQ_ARN = "BIDE_SCHEDULE_DLQ_ARN"  # that dead-letter queue's ARN (
 # The wake queue's event source never runs more than this many workers at once (the SQS
 # event source's ScalingConfig.MaximumConcurrency takes 2 to 1000).
 DEFAULT_WORKER_MAX_CONCURRENCY = 10
+
+# How long an ended session is kept before DynamoDB's TTL deletes it (seconds; 0 or unset:
+# kept forever). Set by BideService's session_retention prop (bide.aws.retention,
+# docs/deploy.md "Retention").
+ENV_RETENTION_SECONDS = "BIDE_RETENTION_SECONDS"
+DEFAULT_RETENTION_DAYS = 30

@@ -29,7 +29,7 @@ from ..engine.records import TaskRecord
 from ..engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot
 from . import offload, retention, table
 from .offload import DEFAULT_OFFLOAD_THRESHOLD, S3Offload
-from .retention import ENDED_AT, EXPIRES_AT, NOT_ENDED, End, end_of, expired, number
+from .retention import ENDED_AT, EXPIRES_AT, NOT_ENDED, STAMPED, End, end_of, expired, number
 from .retry import Retrier, new_client, request_token, transact
 from .table import (
     DOC_PREFIX,
@@ -108,6 +108,8 @@ _HEAD_AT_EXPECTED_SEQ_NOT_ENDED: Final = "#seq = :expected AND attribute_not_exi
 
 
 _SYSTEM_CLOCK: Final = SystemClock()
+_MAX_KNOWN: Final = 10_000
+_Known = tuple[int, float | None, int | None, bool]
 
 
 class DynamoDBStore:
@@ -131,9 +133,10 @@ class DynamoDBStore:
     # Retention: set by set_retention() (class defaults so the constructor stays as it is).
     _retention: float | None = None
     _clock: Callable[[], float] | None = None
-    # session id -> (seq, ended_at, expires_at) as last read or written by this store: what a
-    # commit at that seq must stamp. Only a commit changes them, and it moves the seq.
-    _ends: dict[str, tuple[int, float | None, int | None]] | None = None
+    # session id -> (seq, ended_at, expires_at, stamping left) as last read or written by this
+    # store: what a commit at that seq must stamp. Only a commit changes the first three, and
+    # it moves the seq. Bounded: forgetting only costs a read.
+    _ends: dict[str, _Known] | None = None
     _ends_lock = threading.Lock()
 
     def __init__(
@@ -186,9 +189,21 @@ class DynamoDBStore:
         values for the bucket's lifecycle rule. Idempotent and safe to repeat after a crash
         (:func:`bide.aws.retention.stamp_session`); how many items it stamped."""
         self._check_open()
-        return retention.stamp_session(
+        count = retention.stamp_session(
             self._ddb, self._offload.client, self._retry, self.table_name, session_id, linked
         )
+        with self._ends_lock:
+            known = self._known().get(session_id)
+            if known is not None:
+                self._known()[session_id] = (*known[:3], False)
+        return count
+
+    def needs_stamping(self, session_id: str) -> bool:
+        """Whether :meth:`stamp_ended` may have work left, from this store's last view of the
+        session (no I/O): False when that view shows it not ended, kept forever, or stamped."""
+        with self._ends_lock:
+            known = self._known().get(session_id)
+        return known is None or known[3]
 
     # --- Store protocol ---------------------------------------------------------------------
 
@@ -341,7 +356,9 @@ class DynamoDBStore:
                 self.head(session_id)
                 continue
             with self._ends_lock:
-                self._known()[session_id] = (new_seq, end.ended_at, end.expires_at)
+                before = self._known().get(session_id)
+                left = end.expires_at is not None and (end.ends or before is None or before[3])
+                self._known()[session_id] = (new_seq, end.ended_at, end.expires_at, left)
             return new_seq
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -536,11 +553,13 @@ class DynamoDBStore:
     def _remember(self, session_id: str, seq: int, head: Item | None) -> None:
         found = None if head is None else head.get(ENDED_AT)
         ended = None if found is None else float(found["N"])
+        expires_at = number(head, EXPIRES_AT)
+        left = expires_at is not None and number(head, STAMPED) != expires_at
         with self._ends_lock:
-            self._known()[session_id] = (seq, ended, number(head, EXPIRES_AT))
+            self._known()[session_id] = (seq, ended, expires_at, left)
 
-    def _known(self) -> dict[str, tuple[int, float | None, int | None]]:
-        if self._ends is None:
+    def _known(self) -> dict[str, _Known]:
+        if self._ends is None or len(self._ends) >= _MAX_KNOWN:
             self._ends = {}
         return self._ends
 

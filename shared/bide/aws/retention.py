@@ -95,14 +95,14 @@ NOT_ENDED: Final = End(None, None, ends=False, guessed=False)
 
 
 def end_of(
-    known: tuple[int, float | None, int | None] | None,
+    known: tuple[int, float | None, int | None, bool] | None,
     expected_seq: int,
     docs: Sequence[Doc],
     retention: float | None,
     now: Callable[[], float],
 ) -> End:
     """What a commit at ``expected_seq`` records of the session's end, given ``known``, the
-    store's last view of the session ``(seq, ended_at, expires_at)``. Without a view at that
+    store's last view of the session ``(seq, ended_at, expires_at, ...)``. Without a view at that
     very seq the session is guessed not ended, and the head's condition checks the guess (one
     seq has one end state: only a commit changes it, and a commit moves the seq)."""
     guessed = expected_seq > 0 and (known is None or known[0] != expected_seq)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..app import App
-from ..aws.ports import Alarms, DeadLetters, WakeQueue
+from ..aws.ports import Alarms, DeadLetters, EndedSessions, WakeQueue
 from ..constants import WORKER_LEASE_SECONDS
 from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
@@ -45,6 +45,9 @@ class Deps:
     """The deployment key webhook tokens are derived under (:mod:`bide.tools.webhook_keys`):
     the functions read it from Secrets Manager, the local stack from its key file. The default,
     this process's random key, suits tests only."""
+    ended_sessions: EndedSessions | None = None
+    """Finishes ending sessions in a store that expires them (the functions' DynamoDB store:
+    :mod:`bide.service.retention`); None: the store keeps every session (local, tests)."""
 
     def harness_services(self) -> dict[str, Any]:
         """What tasks may read through ``rt.services``."""

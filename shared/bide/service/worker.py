@@ -21,6 +21,7 @@ from ..engine.harness import Harness
 from ..engine.rules import Wake
 from ..engine.state import Sleeping
 from .deps import Deps
+from .retention import finish_end
 
 # While waiting in-process for a near deadline, look at the session this often: a signal that
 # lands meanwhile runs at once rather than at the deadline (its own wake waits in the queue
@@ -59,6 +60,9 @@ async def run_session(deps: Deps, session_id: str, *, stop_at: float | None = No
             return WorkerRun(session_id, done.wake, "requeued")
         if not await _waited_for_deadline(deps, session_id, done, stop_at):
             break
+    # A session ended since (or an end whose stamping a crash cut short): finish it here, so
+    # a failure retries with the wake. Free for every other session.
+    finish_end(deps, session_id)
     action = act_on_wake(deps, session_id, done.wake, may_have_alarm=may_have_alarm)
     if action in ("armed", "disarmed") and deps.store.head(session_id) != done.seq:
         # The session moved on after this run's final check: another worker may have run it
