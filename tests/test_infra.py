@@ -227,11 +227,18 @@ def test_buckets_are_encrypted_private_and_tls_only(stack, template):
         "LogFilePrefix": "values/",
     }
     assert data["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
-    # Referenced values must outlive any expiry rule: by default the data bucket has none
-    # (only the clean-up of interrupted uploads; value_expiration: tests/test_infra_limits.py).
+    # Referenced values must outlive any expiry rule: by default the data bucket expires only
+    # values the store tagged as an ended session's, after the retention and a margin (the
+    # clean-up of interrupted uploads aside; more in tests/test_infra_limits.py).
     assert data["LifecycleConfiguration"] == {
         "Rules": [
-            {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "Status": "Enabled"}
+            {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "Status": "Enabled"},
+            {
+                "ExpirationInDays": c.DEFAULT_RETENTION_DAYS + 1,
+                "Id": "ended-session-values",
+                "Status": "Enabled",
+                "TagFilters": [{"Key": "bide-retention", "Value": "ended"}],
+            },
         ]
     }
 
@@ -366,6 +373,7 @@ def test_function_environment(stack, template):
         c.ENV_WEBHOOK_BASE_URL: {"Fn::GetAtt": [_id(stack, service.http_api), "ApiEndpoint"]},
         c.ENV_WEBHOOK_KEY_SECRET: {"Ref": _id(stack, service.webhook_key)},
         c.ENV_TRACING: "0",
+        c.ENV_RETENTION_SECONDS: str(c.DEFAULT_RETENTION_DAYS * 86_400),
         "POWERTOOLS_SERVICE_NAME": c.SERVICE_NAME,
         "POWERTOOLS_METRICS_NAMESPACE": c.METRICS_NAMESPACE,
     }
