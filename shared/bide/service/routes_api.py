@@ -385,8 +385,10 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
 
     @app.post(
         "/sessions/<session_id>/end",
-        summary="End the session's background work",
-        description="Cancels every working background task of the session.",
+        summary="End the session",
+        description="Cancels every working background task of the session, and starts its "
+        "retention: the deployment deletes an ended session that long after its end (its "
+        "session_retention; the session keeps working until then).",
         responses=_responses((202, "ending", Ended), 403, 404, 422, 503),
     )
     async def end(session_id: SessionId) -> Response[Any]:
