@@ -11,6 +11,8 @@ connection, another client: what a second process or Lambda would hold). The rac
 spread their threads over both. It defaults to ``store`` itself.
 
 Every test uses fresh session ids, so a store may be shared between tests.
+
+Long because: it is one contract; a store passes all of it or is not a store.
 """
 
 from __future__ import annotations

@@ -11,25 +11,28 @@ table, its item layout and DynamoDB's limits, :func:`table_definition`, :func:`c
 :mod:`bide.aws.offload` (items from records and documents, and the S3 offload of large ones)
 and :mod:`bide.aws.retry` (retries with backoff, which errors are transient, conflicts and the
 ``ClientRequestToken`` that makes a resent commit apply at most once). The names other code
-imports from here are re-exported from the modules that define them.
+imports from here are re-exported from the modules that define them; :mod:`bide.aws.retention`
+holds what ending a session adds (the expiry, stamping, the read filter's rule).
+
+Long because: every read filters expired items and every commit carries the session's end,
+both against the head this module lays out; split, the two halves of each operation would
+drift.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from ..engine.clock import SystemClock
 from ..engine.errors import CommitTooLarge, ConflictError, StoreUnavailable
 from ..engine.records import TaskRecord
 from ..engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot
-from . import offload, retention, table
+from . import offload, table
 from .offload import DEFAULT_OFFLOAD_THRESHOLD, S3Offload
-from .retention import ENDED_AT, EXPIRES_AT, NOT_ENDED, STAMPED, End, end_of, expired, number
+from .retention import ENDED_AT, EXPIRES_AT, NOT_ENDED, End, Retaining, expired
 from .retry import Retrier, new_client, request_token, transact
 from .table import (
     DOC_PREFIX,
@@ -107,12 +110,7 @@ _DOCS_UNDER_PREFIX: Final = "#pk = :pk AND begins_with(#sk, :prefix)"
 _HEAD_AT_EXPECTED_SEQ_NOT_ENDED: Final = "#seq = :expected AND attribute_not_exists(#ended)"
 
 
-_SYSTEM_CLOCK: Final = SystemClock()
-_MAX_KNOWN: Final = 10_000
-_Known = tuple[int, float | None, int | None, bool]
-
-
-class DynamoDBStore:
+class DynamoDBStore(Retaining):
     """A :class:`~bide.engine.store.Store` on one DynamoDB table (see :func:`create_table`), with
     records and documents larger than ``offload_threshold`` bytes of JSON kept in the S3
     ``bucket``.
@@ -129,15 +127,6 @@ class DynamoDBStore:
     Ended sessions are kept forever unless :meth:`set_retention` says otherwise; an item past
     its ``expires_at`` reads as gone either way (:mod:`bide.aws.retention`).
     """
-
-    # Retention: set by set_retention() (class defaults so the constructor stays as it is).
-    _retention: float | None = None
-    _clock: Callable[[], float] | None = None
-    # session id -> (seq, ended_at, expires_at, stamping left) as last read or written by this
-    # store: what a commit at that seq must stamp. Only a commit changes the first three, and
-    # it moves the seq. Bounded: forgetting only costs a read.
-    _ends: dict[str, _Known] | None = None
-    _ends_lock = threading.Lock()
 
     def __init__(
         self,
@@ -171,40 +160,6 @@ class DynamoDBStore:
         self._offload = S3Offload(bucket, s3_client, self._retry)
         self._closed = False
 
-    def set_retention(
-        self, seconds: float | None, *, clock: Callable[[], float] | None = None
-    ) -> None:
-        """Keep an ended session ``seconds`` after its end, then let DynamoDB's TTL delete it
-        (None or 0: kept forever). ``clock`` (epoch seconds; default the system clock) is
-        what reads compare expiries against. Applies to sessions ended from now on: an
-        ended session keeps the expiry it got."""
-        if seconds is not None and seconds < 0:
-            raise ValueError("retention seconds must be >= 0 (0 or None: keep forever)")
-        self._retention = seconds or None
-        self._clock = clock
-
-    def stamp_ended(self, session_id: str, linked: Sequence[tuple[str, str]] = ()) -> int:
-        """Finish ending ``session_id``: give every item written before its end (and each
-        ``(partition, document key)`` of ``linked``) the session's expiry, tagging offloaded
-        values for the bucket's lifecycle rule. Idempotent and safe to repeat after a crash
-        (:func:`bide.aws.retention.stamp_session`); how many items it stamped."""
-        self._check_open()
-        count = retention.stamp_session(
-            self._ddb, self._offload.client, self._retry, self.table_name, session_id, linked
-        )
-        with self._ends_lock:
-            known = self._known().get(session_id)
-            if known is not None:
-                self._known()[session_id] = (*known[:3], False)
-        return count
-
-    def needs_stamping(self, session_id: str) -> bool:
-        """Whether :meth:`stamp_ended` may have work left, from this store's last view of the
-        session (no I/O): False when that view shows it not ended, kept forever, or stamped."""
-        with self._ends_lock:
-            known = self._known().get(session_id)
-        return known is None or known[3]
-
     # --- Store protocol ---------------------------------------------------------------------
 
     def load(self, session_id: str) -> SessionSnapshot:
@@ -223,7 +178,7 @@ class DynamoDBStore:
         self._check_open()
         for attempt in range(1, self._retry.max_attempts + 1):
             items = self._retry.run("load", lambda: self._query_live(session_id))
-            now = self._now()
+            now = self._ends.now()
             head: Item | None = None
             found: dict[str, int] = {}
             task_items: list[Item] = []
@@ -236,12 +191,12 @@ class DynamoDBStore:
                     found[table.task_id(item)] = int(item["wseq"]["N"])
                     task_items.append(item)
             if head is not None and expired(head, now):
-                self._remember(session_id, 0, None)
+                self._ends.read(session_id, 0, None)
                 return SessionSnapshot(session_id, 0, {})  # expired: as never written
             seq = 0 if head is None else int(head["seq"]["N"])
             manifest = {} if head is None else table.manifest(head)
             if found == manifest:
-                self._remember(session_id, seq, head)
+                self._ends.read(session_id, seq, head)
                 tasks = {
                     table.task_id(i): TaskRecord.from_json(self._read_record(i)) for i in task_items
                 }
@@ -265,7 +220,7 @@ class DynamoDBStore:
             lambda: self._ddb.get_item(TableName=self.table_name, Key=key, ConsistentRead=True),
         )
         item = out.get("Item")
-        if item is None or expired(item, self._now()):
+        if item is None or expired(item, self._ends.now()):
             return None
         return TaskRecord.from_json(self._read_record(item))
 
@@ -283,9 +238,9 @@ class DynamoDBStore:
             ),
         )
         item = out.get("Item")
-        if item is None or expired(item, self._now()):
+        if item is None or expired(item, self._ends.now()):
             return 0
-        self._remember(session_id, int(item["seq"]["N"]), item)
+        self._ends.read(session_id, int(item["seq"]["N"]), item)
         return int(item["seq"]["N"])
 
     def commit(
@@ -332,7 +287,7 @@ class DynamoDBStore:
         )
         new_seq = expected_seq + 1
         for resend in (False, True):
-            end = self._end_of(session_id, expected_seq, documents)
+            end = self._ends.end_of(session_id, expected_seq, documents)
             # One token for every attempt of this commit, so a resent commit never applies
             # twice (a resend below is another commit: the first was not applied).
             token = request_token()
@@ -355,10 +310,7 @@ class DynamoDBStore:
                 # (the guard refused to write unstamped items). Learn its end, then resend.
                 self.head(session_id)
                 continue
-            with self._ends_lock:
-                before = self._known().get(session_id)
-                left = end.expires_at is not None and (end.ends or before is None or before[3])
-                self._known()[session_id] = (new_seq, end.ended_at, end.expires_at, left)
+            self._ends.committed(session_id, new_seq, end)
             return new_seq
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -379,7 +331,7 @@ class DynamoDBStore:
             ),
         )
         item = out.get("Item")
-        if item is None or expired(item, self._now()):
+        if item is None or expired(item, self._ends.now()):
             return None
         return self._doc_from_item(item)
 
@@ -428,7 +380,7 @@ class DynamoDBStore:
         # A start_after too long to be a key is skipped to on the client instead (the check
         # is a no-op otherwise).
         docs: list[Doc] = []
-        now = self._now()
+        now = self._ends.now()
         while True:
             if limit is not None:
                 request["Limit"] = limit - len(docs)
@@ -491,7 +443,7 @@ class DynamoDBStore:
                     },
                     "ConditionExpression": _HEAD_ABSENT,
                     "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#exp": EXPIRES_AT},
-                    "ExpressionAttributeValues": {":now": {"N": str(math.floor(self._now()))}},
+                    "ExpressionAttributeValues": {":now": {"N": str(math.floor(self._ends.now()))}},
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             }
@@ -542,29 +494,6 @@ class DynamoDBStore:
         return {"Put": {"TableName": self.table_name, "Item": item}}
 
     # --- ending -----------------------------------------------------------------------------
-
-    def _end_of(self, session_id: str, expected_seq: int, docs: list[Doc]) -> End:
-        """What a commit at ``expected_seq`` records of the session's end
-        (:func:`bide.aws.retention.end_of`)."""
-        with self._ends_lock:
-            known = self._known().get(session_id)
-        return end_of(known, expected_seq, docs, self._retention, self._now)
-
-    def _remember(self, session_id: str, seq: int, head: Item | None) -> None:
-        found = None if head is None else head.get(ENDED_AT)
-        ended = None if found is None else float(found["N"])
-        expires_at = number(head, EXPIRES_AT)
-        left = expires_at is not None and number(head, STAMPED) != expires_at
-        with self._ends_lock:
-            self._known()[session_id] = (seq, ended, expires_at, left)
-
-    def _known(self) -> dict[str, _Known]:
-        if self._ends is None or len(self._ends) >= _MAX_KNOWN:
-            self._ends = {}
-        return self._ends
-
-    def _now(self) -> float:
-        return self._clock() if self._clock is not None else _SYSTEM_CLOCK.now()
 
     # --- reads ------------------------------------------------------------------------------
 

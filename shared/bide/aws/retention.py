@@ -36,12 +36,14 @@ and never expire.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import ClientError
 
+from ..engine.clock import SystemClock
 from ..engine.store.base import SESSION_ENDED_KEY, Doc, ended_at
 from .table import DOC_PREFIX, HEAD_SORT_KEY, PARTITION_KEY, SORT_KEY
 
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef
     from mypy_boto3_s3.client import S3Client
 
+    from .offload import S3Offload
     from .retry import Retrier
     from .table import Item
 
@@ -94,8 +97,70 @@ class End:
 NOT_ENDED: Final = End(None, None, ends=False, guessed=False)
 
 
+#: A store's last view of a session: ``(seq, ended_at, expires_at, stamping may be left)``.
+Known = tuple[int, float | None, int | None, bool]
+_MAX_KNOWN: Final = 10_000
+_SYSTEM_CLOCK: Final = SystemClock()
+
+
+class Ends:
+    """One store's retention and what it last saw of each session's end: the expiry a commit
+    at that seq must write (only a commit changes it, and a commit moves the seq). Bounded:
+    forgetting a session only costs a read. Safe to share between threads."""
+
+    def __init__(self) -> None:
+        self.retention: float | None = None
+        self.clock: Callable[[], float] | None = None
+        self._known: dict[str, Known] = {}
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        """The time expiries are compared against (epoch seconds)."""
+        return self.clock() if self.clock is not None else _SYSTEM_CLOCK.now()
+
+    def get(self, session_id: str) -> Known | None:
+        """The last view of ``session_id``, if any."""
+        with self._lock:
+            return self._known.get(session_id)
+
+    def put(self, session_id: str, known: Known) -> None:
+        """Remember ``known`` of ``session_id``."""
+        with self._lock:
+            if len(self._known) >= _MAX_KNOWN:
+                self._known.clear()
+            self._known[session_id] = known
+
+    def read(self, session_id: str, seq: int, head: Item | None) -> None:
+        """Remember the session as a read of its ``head`` (at ``seq``) shows it."""
+        found = None if head is None else head.get(ENDED_AT)
+        expires_at = number(head, EXPIRES_AT)
+        left = expires_at is not None and number(head, STAMPED) != expires_at
+        self.put(session_id, (seq, None if found is None else float(found["N"]), expires_at, left))
+
+    def committed(self, session_id: str, seq: int, end: End) -> None:
+        """Remember the session after a commit (to ``seq``) with view ``end``."""
+        before = self.get(session_id)
+        left = end.expires_at is not None and (end.ends or before is None or before[3])
+        self.put(session_id, (seq, end.ended_at, end.expires_at, left))
+
+    def stamped(self, session_id: str) -> None:
+        """Remember that stamping the session finished."""
+        known = self.get(session_id)
+        if known is not None:
+            self.put(session_id, (*known[:3], False))
+
+    def needs_stamping(self, session_id: str) -> bool:
+        """False only when the last view shows the session not ended, kept or stamped."""
+        known = self.get(session_id)
+        return known is None or known[3]
+
+    def end_of(self, session_id: str, expected_seq: int, docs: Sequence[Doc]) -> End:
+        """:func:`end_of` with this store's view and retention."""
+        return end_of(self.get(session_id), expected_seq, docs, self.retention, self.now)
+
+
 def end_of(
-    known: tuple[int, float | None, int | None, bool] | None,
+    known: Known | None,
     expected_seq: int,
     docs: Sequence[Doc],
     retention: float | None,
@@ -242,3 +307,54 @@ def stamp_session(
             raise
         # The head is gone (expired and deleted): nothing left to mark.
     return count
+
+
+class Retaining:
+    """What :class:`~bide.aws.dynamodb.DynamoDBStore` offers of retention: its setting, and
+    finishing the end of a session (:class:`~bide.aws.ports.EndedSessions`)."""
+
+    # Created on first use, so the store's constructor stays as it is.
+    _ends_state: Ends | None = None
+    # The store's own: its table, clients and retries.
+    table_name: str
+    _ddb: DynamoDBClient
+    _offload: S3Offload
+    _retry: Retrier
+
+    @property
+    def _ends(self) -> Ends:
+        if self._ends_state is None:
+            self._ends_state = Ends()
+        return self._ends_state
+
+    def _check_open(self) -> None:
+        raise NotImplementedError  # the store's
+
+    def set_retention(
+        self, seconds: float | None, *, clock: Callable[[], float] | None = None
+    ) -> None:
+        """Keep an ended session ``seconds`` after its end, then let DynamoDB's TTL delete it
+        (None or 0: kept forever). ``clock`` (epoch seconds; default the system clock) is
+        what reads compare expiries against. Applies to sessions ended from now on: an
+        ended session keeps the expiry it got."""
+        if seconds is not None and seconds < 0:
+            raise ValueError("retention seconds must be >= 0 (0 or None: keep forever)")
+        self._ends.retention = seconds or None
+        self._ends.clock = clock
+
+    def stamp_ended(self, session_id: str, linked: Sequence[tuple[str, str]] = ()) -> int:
+        """Finish ending ``session_id``: give every item written before its end (and each
+        ``(partition, document key)`` of ``linked``) the session's expiry, tagging offloaded
+        values for the bucket's lifecycle rule. Idempotent and safe to repeat after a crash
+        (:func:`bide.aws.retention.stamp_session`); how many items it stamped."""
+        self._check_open()
+        count = stamp_session(
+            self._ddb, self._offload.client, self._retry, self.table_name, session_id, linked
+        )
+        self._ends.stamped(session_id)
+        return count
+
+    def needs_stamping(self, session_id: str) -> bool:
+        """Whether :meth:`stamp_ended` may have work left, from this store's last view of the
+        session (no I/O): False when that view shows it not ended, kept forever, or stamped."""
+        return self._ends.needs_stamping(session_id)
