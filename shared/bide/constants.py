@@ -79,3 +79,11 @@ DEFAULT_WORKER_MAX_CONCURRENCY = 10
 # docs/deploy.md "Retention").
 ENV_RETENTION_SECONDS = "BIDE_RETENTION_SECONDS"
 DEFAULT_RETENTION_DAYS = 30
+
+# The harness service a host gives workflow runs to report detected nondeterminism
+# (bide.workflow.nondeterminism); here so a service can name it without importing workflow.
+NONDETERMINISM_SINK = "workflow_nondeterminism"
+
+# The harness service holding the moment (epoch seconds) the worker's invocation must stop
+# (bide.agent.generation sizes model requests to it); here so the worker need not import agents.
+STOP_AT_SERVICE = "invocation_stop_at"
