@@ -42,7 +42,13 @@ from bide.engine.state import (
     Waiting,
     WakeSignal,
 )
-from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot, Store
+from bide.engine.store.base import (
+    MAX_COMMIT_ITEMS,
+    SESSION_ENDED_KEY,
+    Doc,
+    SessionSnapshot,
+    Store,
+)
 
 
 def new_session() -> str:
@@ -511,6 +517,20 @@ class StoreContract:
         assert store.head(s) == 0 and store.list_docs(s, "d/") == []
         store.commit(s, 0, tasks, docs[:-1])  # exactly at the limit is fine
         assert len(store.list_docs(s, "d/")) == MAX_COMMIT_ITEMS - 50
+
+    def test_an_ended_session_stays_readable_and_writable(self, store: Store) -> None:
+        # What every store promises of the end (Store contract, "Ending a session"): the
+        # commit writing SESSION_ENDED_KEY is an ordinary commit, and until the store's own
+        # retention (if any) runs out the session reads and takes commits as before.
+        sid = new_session()
+        seq = store.commit(sid, 0, [task("a", sid)], [Doc("d/1", {"n": 1})])
+        seq = store.commit(sid, seq, [task("b", sid)], [Doc(SESSION_ENDED_KEY, {"at": 1.5})])
+        seq = store.commit(sid, seq, [task("c", sid, ended=True)], [Doc("d/2", {"n": 2})])
+        assert store.head(sid) == seq == 3
+        assert set(store.load(sid).tasks) == {"a", "b"}
+        assert store.get_task(sid, "c") is not None
+        assert store.get_doc(sid, SESSION_ENDED_KEY) == Doc(SESSION_ENDED_KEY, {"at": 1.5})
+        assert [d.key for d in store.list_docs(sid, "d/")] == ["d/1", "d/2"]
 
     def test_document_limits(self, store: Store) -> None:
         s = new_session()

@@ -118,7 +118,7 @@ def test_a_tool_webhook_is_listed_until_its_task_ends(stack: BackgroundStack) ->
     client = start(stack, "s-tool", "go")
     listed = client.request("GET", "/sessions/s-tool/hooks")
     assert listed.status == 200 and listed.body["session_id"] == "s-tool"
-    [hook] = listed.body["webhooks"]
+    [hook] = listed.body["items"]
     [task] = [t for t in client.request("GET", "/sessions/s-tool").body["tasks"] if t.get("tool")]
     assert hook["url"].startswith(f"{stack.url}/hooks/")
     assert (hook["task_id"], hook["tool"], hook["source"]) == (task["id"], "signed_hook", "tool")
@@ -139,12 +139,12 @@ def test_a_tool_webhook_is_listed_until_its_task_ends(stack: BackgroundStack) ->
     assert post(hook["url"], body, headers) == (202, {"result": "delivered", "errors": []})
     assert stack.settle(10)
     assert answer_of(client, "s-tool") == 'result: got {"ok": true}'
-    assert client.request("GET", "/sessions/s-tool/hooks").body["webhooks"] == []
+    assert client.request("GET", "/sessions/s-tool/hooks").body["items"] == []
 
 
 def test_a_workflow_webhook_counts_its_requests(stack: BackgroundStack) -> None:
     client = start(stack, "s-flow", "flow")
-    [hook] = client.request("GET", "/sessions/s-flow/hooks").body["webhooks"]
+    [hook] = client.request("GET", "/sessions/s-flow/hooks").body["items"]
     assert (hook["source"], hook["name"], hook["tool"], hook["signed"]) == (
         "workflow",
         "callback",
@@ -154,12 +154,12 @@ def test_a_workflow_webhook_counts_its_requests(stack: BackgroundStack) -> None:
     assert hook["signal"] == "bide.workflow.webhook" and hook["key"].endswith(".*")
     assert post(hook["url"], b'{"n": 1}')[0] == 202
     assert stack.settle(10)
-    [again] = client.request("GET", "/sessions/s-flow/hooks").body["webhooks"]
+    [again] = client.request("GET", "/sessions/s-flow/hooks").body["items"]
     assert (again["url"], again["received"]) == (hook["url"], 1)
     assert post(hook["url"], b'{"n": 2}')[0] == 202
     assert stack.settle(10)
     assert answer_of(client, "s-flow") == 'result: [{"n": 1}, {"n": 2}]'
-    assert client.request("GET", "/sessions/s-flow/hooks").body["webhooks"] == []
+    assert client.request("GET", "/sessions/s-flow/hooks").body["items"] == []
 
 
 def test_hooks_of_an_unknown_or_malformed_session_are_refused(stack: BackgroundStack) -> None:

@@ -92,7 +92,7 @@ def test_a_webhook_url_is_copied_and_an_approval_decided_on_the_page(
         client.request("POST", "/sessions", {"session_id": sid})
         client.request("POST", f"/sessions/{sid}/inputs", {"content": text, "request_id": "r1"})
     assert stack.settle(10)
-    [hook] = client.request("GET", "/sessions/s-ci/hooks").body["webhooks"]
+    [hook] = client.request("GET", "/sessions/s-ci/hooks").body["items"]
 
     with browser_page(origin=stack.url) as page:
         page.goto(f"{stack.url}/_console#s-ci")

@@ -87,6 +87,8 @@ def test_create_with_and_without_an_id_is_idempotent(bench: Bench) -> None:
         "submissions_next": None,
         "submissions_more": False,
         "webhooks": [],
+        "webhooks_next": None,
+        "webhooks_more": False,
     }
 
 

@@ -204,13 +204,12 @@ def test_buckets_are_encrypted_private_and_tls_only(stack, template):
         "LogFilePrefix": "values/",
     }
     assert data["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
-    # Referenced values must outlive any expiry rule: by default the data bucket has none
-    # (only the clean-up of interrupted uploads; value_expiration: tests/test_infra_limits.py).
-    assert data["LifecycleConfiguration"] == {
-        "Rules": [
-            {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "Status": "Enabled"}
-        ]
-    }
+    # Referenced values must outlive any expiry rule: by default only values tagged as an
+    # ended session's expire, after the retention and a day (tests/test_infra_limits.py).
+    ended = {"Id": "ended-session-values", "ExpirationInDays": c.DEFAULT_RETENTION_DAYS + 1}
+    ended |= {"Status": "Enabled", "TagFilters": [{"Key": "bide-retention", "Value": "ended"}]}
+    abort = {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "Status": "Enabled"}
+    assert data["LifecycleConfiguration"] == {"Rules": [abort, ended]}
 
 
 # --- wake path -------------------------------------------------------------------------------
@@ -343,6 +342,7 @@ def test_function_environment(stack, template):
         c.ENV_WEBHOOK_BASE_URL: {"Fn::GetAtt": [_id(stack, service.http_api), "ApiEndpoint"]},
         c.ENV_WEBHOOK_KEY_SECRET: {"Ref": _id(stack, service.webhook_key)},
         c.ENV_TRACING: "0",
+        c.ENV_RETENTION_SECONDS: str(c.DEFAULT_RETENTION_DAYS * 86_400),
         "POWERTOOLS_SERVICE_NAME": c.SERVICE_NAME,
         "POWERTOOLS_METRICS_NAMESPACE": c.METRICS_NAMESPACE,
     }

@@ -50,7 +50,14 @@ def lim_custom() -> tuple[BideStack, Template]:
         worker_max_concurrency=7,
         reserved_concurrency={c.FUNCTION_WORKER: 20, c.FUNCTION_API: 5},
         value_expiration=cdk.Duration.days(30),
+        session_retention=cdk.Duration.days(7),
     )
+    return stack, Template.from_stack(stack)
+
+
+@pytest.fixture(scope="module")
+def lim_forever() -> tuple[BideStack, Template]:
+    stack = _stack(session_retention=None)
     return stack, Template.from_stack(stack)
 
 
@@ -97,14 +104,52 @@ def test_recursive_loop_detection_terminates_except_on_the_worker(lim_default):
         assert _props(stack, template, fn)["RecursiveLoop"] == "Terminate"
 
 
-def test_offloaded_values_expire_only_when_asked(lim_default, lim_custom):
+def _ended_rule(days: int) -> dict[str, Any]:
+    return {
+        "ExpirationInDays": days,
+        "Id": "ended-session-values",
+        "Status": "Enabled",
+        "TagFilters": [{"Key": "bide-retention", "Value": "ended"}],
+    }
+
+
+def test_offloaded_values_expire_only_when_asked(lim_default, lim_custom, lim_forever):
     abort = {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "Status": "Enabled"}
     stack, template = lim_default
     rules = _props(stack, template, stack.service.bucket)["LifecycleConfiguration"]["Rules"]
-    assert rules == [abort]
+    assert rules == [abort, _ended_rule(c.DEFAULT_RETENTION_DAYS + 1)]
     stack, template = lim_custom
     rules = _props(stack, template, stack.service.bucket)["LifecycleConfiguration"]["Rules"]
-    assert rules == [abort, {"ExpirationInDays": 30, "Status": "Enabled"}]
+    assert rules == [abort, {"ExpirationInDays": 30, "Status": "Enabled"}, _ended_rule(8)]
+    stack, template = lim_forever
+    rules = _props(stack, template, stack.service.bucket)["LifecycleConfiguration"]["Rules"]
+    assert rules == [abort]
+
+
+def test_ended_sessions_expire_by_ttl_after_the_retention(lim_default, lim_custom, lim_forever):
+    for (stack, template), seconds in (
+        (lim_default, c.DEFAULT_RETENTION_DAYS * 86_400),
+        (lim_custom, 7 * 86_400),
+        (lim_forever, 0),
+    ):
+        table = _props(stack, template, stack.service.table)
+        # TTL is on either way: only items of ended sessions carry the attribute.
+        assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+        service = stack.service
+        for fn in (service.worker, service.signal_function, service.api_function):
+            env = _props(stack, template, fn)["Environment"]["Variables"]
+            assert env[c.ENV_RETENTION_SECONDS] == str(seconds)
+            # What the functions' configuration then reads back (the same check they run).
+            raw = {k: v for k, v in env.items() if isinstance(v, str)}
+            settings = settings_from_env(
+                {
+                    **raw,
+                    c.ENV_TABLE: "tbl",
+                    c.ENV_BUCKET: "bucket",
+                    c.ENV_QUEUE_URL: "https://sqs.example/q.fifo",
+                }
+            )
+            assert settings.retention_seconds == seconds
 
 
 @pytest.mark.parametrize(
@@ -115,6 +160,8 @@ def test_offloaded_values_expire_only_when_asked(lim_default, lim_custom):
         ({"reserved_concurrency": {"workers": 3}}, "reserved_concurrency: 'workers' is not one of"),
         ({"reserved_concurrency": {"api": -1}}, r"reserved_concurrency\['api'\] must be >= 0"),
         ({"alarm_email": "ops at example"}, "alarm_email .* is not an e-mail address"),
+        ({"session_retention": cdk.Duration.hours(2)}, "session_retention must be at least 1 day"),
+        ({"session_retention": cdk.Duration.days(4000)}, "session_retention must be at least"),
     ],
 )
 def test_bad_limits_are_refused_naming_the_prop(options, message):

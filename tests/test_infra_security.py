@@ -121,8 +121,18 @@ class Recorder:
             ]
         elif service == "dynamodb":
             found = [("index" if params.get("IndexName") else "table", f"dynamodb:{op}")]
+        elif service == "s3" and op == "CopyObject":
+            # Reads the source, writes the target; tags it: s3:PutObjectTagging
+            # (https://docs.aws.amazon.com/AmazonS3/latest/API/API_CopyObject.html).
+            found = [("objects", "s3:GetObject"), ("objects", "s3:PutObject")]
+            if params.get("Tagging"):
+                found.append(("objects", "s3:PutObjectTagging"))
         elif service == "s3":
             found = [("objects", f"s3:{op}")]
+            if op == "PutObject" and params.get("Tagging"):
+                # Tags on upload need s3:PutObjectTagging too
+                # (https://docs.aws.amazon.com/AmazonS3/latest/API/API_PutObject.html).
+                found.append(("objects", "s3:PutObjectTagging"))
         elif service == "sqs":
             found = [(self.queues[params["QueueUrl"]], f"sqs:{op}")]
         elif service == "scheduler":
@@ -193,7 +203,7 @@ def test_each_function_calls_exactly_its_grants(aws: dict[str, Any], monkeypatch
     call_api(bench, rec, "POST", f"/sessions/{sid}/inputs", content)
     bench.drain()
     call_api(bench, rec, "GET", "/sessions")
-    [hook] = call_api(bench, rec, "GET", f"/sessions/{sid}/hooks")["webhooks"]
+    [hook] = call_api(bench, rec, "GET", f"/sessions/{sid}/hooks")["items"]
     token = hook["url"].rsplit("/", 1)[1]
     event = hook_event(token, '{"text": "ok"}', headers={"content-type": "application/json"})
     assert call_signal(bench, rec, event) == 202
@@ -229,6 +239,22 @@ def test_each_function_calls_exactly_its_grants(aws: dict[str, Any], monkeypatch
     # A large submission: the API offloads it.
     sid3 = call_api(bench, rec, "POST", "/sessions")["session_id"]
     call_api(bench, rec, "POST", f"/sessions/{sid3}/inputs", {"content": big, "request_id": "r3"})
+
+    # An ended session (kept 30 days): values written after the end are created tagged (the
+    # API's submission, the signal function's delivery), and the worker re-writes the older
+    # ones tagged (CopyObject) while it stamps the session's items.
+    bench.store.set_retention(30 * 86_400, clock=bench.clock.now)
+    bench.deps.ended_sessions = bench.store
+    sid4 = call_api(bench, rec, "POST", "/sessions")["session_id"]
+    content = {"content": "call fetch_big {}", "request_id": "r4"}
+    call_api(bench, rec, "POST", f"/sessions/{sid4}/inputs", content)
+    bench.drain()
+    task4 = tool_task(bench, rec, sid4)
+    call_api(bench, rec, "POST", f"/sessions/{sid4}/inputs", {"content": big, "request_id": "r6"})
+    call_api(bench, rec, "POST", f"/sessions/{sid4}/end")
+    call_api(bench, rec, "POST", f"/sessions/{sid4}/inputs", {"content": big, "request_id": "r5"})
+    assert call_signal(bench, rec, signal_event(sid4, task4, REPLY.name, "other", {"text": big}))
+    bench.drain()
 
     # A call cut off before the function's timeout: the worker requeues its session.
     cut = unique("s")

@@ -350,15 +350,17 @@ def cmd_approve(args: argparse.Namespace) -> None:
 
 
 def cmd_hooks(args: argparse.Namespace) -> None:
-    """GET /sessions/{id}/hooks: one URL per live webhook, with its task and signal key."""
-    response = _send(args, "GET", path_of("sessions", args.session, "hooks"))
-    if args.json:
-        return
-    data = response.body if isinstance(response.body, dict) else {}
-    hooks = [h for h in data.get("webhooks") or [] if isinstance(h, dict)]
-    for hook in hooks:
-        print(hook.get("url") if args.quiet else hook_line(hook))
-    if not hooks and not args.quiet:
+    """GET /sessions/{id}/hooks, every page: one URL per live webhook, with its task and
+    signal key (``--json``: one JSON object a line)."""
+    path = path_of("sessions", args.session, "hooks")
+    pages = api.read_pages(_client(args), path, limit=500)  # api.PageRefused: exit 1
+    hooks = [h for page in pages for h in page.get("items") or []]
+    for hook in (h for h in hooks if isinstance(h, dict)):
+        if args.json:
+            print(json.dumps(hook, sort_keys=True))
+        else:
+            print(hook.get("url") if args.quiet else hook_line(hook))
+    if not hooks and not args.quiet and not args.json:
         print(f"no live webhooks in session {args.session}")
 
 

@@ -74,6 +74,12 @@ ENV_SCHEDULE_DLQ_ARN = "BIDE_SCHEDULE_DLQ_ARN"  # that dead-letter queue's ARN (
 # event source's ScalingConfig.MaximumConcurrency takes 2 to 1000).
 DEFAULT_WORKER_MAX_CONCURRENCY = 10
 
+# How long an ended session is kept before DynamoDB's TTL deletes it (seconds; 0 or unset:
+# kept forever). Set by BideService's session_retention prop (bide.aws.retention,
+# docs/deploy.md "Retention").
+ENV_RETENTION_SECONDS = "BIDE_RETENTION_SECONDS"
+DEFAULT_RETENTION_DAYS = 30
+
 # The harness service a host gives workflow runs to report detected nondeterminism
 # (bide.workflow.nondeterminism); here so a service can name it without importing workflow.
 NONDETERMINISM_SINK = "workflow_nondeterminism"

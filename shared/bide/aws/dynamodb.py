@@ -11,21 +11,28 @@ table, its item layout and DynamoDB's limits, :func:`table_definition`, :func:`c
 :mod:`bide.aws.offload` (items from records and documents, and the S3 offload of large ones)
 and :mod:`bide.aws.retry` (retries with backoff, which errors are transient, conflicts and the
 ``ClientRequestToken`` that makes a resent commit apply at most once). The names other code
-imports from here are re-exported from the modules that define them.
+imports from here are re-exported from the modules that define them; :mod:`bide.aws.retention`
+holds what ending a session adds (the expiry, stamping, the read filter's rule).
+
+Long because: every read filters expired items and every commit carries the session's end,
+both against the head this module lays out; split, the two halves of each operation would
+drift.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from ..engine.errors import CommitTooLarge, StoreUnavailable
+from ..engine.errors import CommitTooLarge, ConflictError, StoreUnavailable
 from ..engine.records import TaskRecord
 from ..engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot
 from . import offload, table
 from .offload import DEFAULT_OFFLOAD_THRESHOLD, S3Offload
+from .retention import ENDED_AT, EXPIRES_AT, NOT_ENDED, End, Retaining, expired
 from .retry import Retrier, new_client, request_token, transact
 from .table import (
     DOC_PREFIX,
@@ -71,8 +78,10 @@ __all__ = [
 # --- conditions -----------------------------------------------------------------------------
 
 # The first commit of a session creates its head. Two writers that both saw an empty session
-# must not both succeed: the second one would silently overwrite the first one's head.
-_HEAD_ABSENT: Final = "attribute_not_exists(#pk)"
+# must not both succeed: the second one would silently overwrite the first one's head. A head
+# past its expiry counts as absent (readers see a session never written: bide.aws.retention),
+# so its id can start afresh before TTL gets round to deleting it.
+_HEAD_ABSENT: Final = "attribute_not_exists(#pk) OR #exp <= :now"
 
 # Every later commit is the optimistic-concurrency guard of the whole design: the head (and so
 # every task write in the same transaction) is written only if nobody committed since the
@@ -95,7 +104,13 @@ _SESSION_PARTITION: Final = "#pk = :pk"
 _DOCS_UNDER_PREFIX: Final = "#pk = :pk AND begins_with(#sk, :prefix)"
 
 
-class DynamoDBStore:
+# A commit that believes the session has not ended (it has no fresher knowledge) must not
+# write unstamped items into an ended one: the head's condition checks the belief too, and a
+# failure at the expected seq sends the commit again knowing the end.
+_HEAD_AT_EXPECTED_SEQ_NOT_ENDED: Final = "#seq = :expected AND attribute_not_exists(#ended)"
+
+
+class DynamoDBStore(Retaining):
     """A :class:`~bide.engine.store.Store` on one DynamoDB table (see :func:`create_table`), with
     records and documents larger than ``offload_threshold`` bytes of JSON kept in the S3
     ``bucket``.
@@ -108,6 +123,9 @@ class DynamoDBStore:
     When ``client``/``s3_client`` are not given, clients are created with botocore's own
     retries turned off so that this class alone decides how often to try. Clients passed in
     keep their configuration; their retries multiply with ours.
+
+    Ended sessions are kept forever unless :meth:`set_retention` says otherwise; an item past
+    its ``expires_at`` reads as gone either way (:mod:`bide.aws.retention`).
     """
 
     def __init__(
@@ -160,18 +178,25 @@ class DynamoDBStore:
         self._check_open()
         for attempt in range(1, self._retry.max_attempts + 1):
             items = self._retry.run("load", lambda: self._query_live(session_id))
+            now = self._ends.now()
             head: Item | None = None
             found: dict[str, int] = {}
             task_items: list[Item] = []
             for item in items:
                 if item[SORT_KEY]["S"] == HEAD_SORT_KEY:
                     head = item
+                elif expired(item, now):
+                    continue  # left by an expired generation of this id: gone
                 else:
                     found[table.task_id(item)] = int(item["wseq"]["N"])
                     task_items.append(item)
+            if head is not None and expired(head, now):
+                self._ends.read(session_id, 0, None)
+                return SessionSnapshot(session_id, 0, {})  # expired: as never written
             seq = 0 if head is None else int(head["seq"]["N"])
             manifest = {} if head is None else table.manifest(head)
             if found == manifest:
+                self._ends.read(session_id, seq, head)
                 tasks = {
                     table.task_id(i): TaskRecord.from_json(self._read_record(i)) for i in task_items
                 }
@@ -195,7 +220,9 @@ class DynamoDBStore:
             lambda: self._ddb.get_item(TableName=self.table_name, Key=key, ConsistentRead=True),
         )
         item = out.get("Item")
-        return None if item is None else TaskRecord.from_json(self._read_record(item))
+        if item is None or expired(item, self._ends.now()):
+            return None
+        return TaskRecord.from_json(self._read_record(item))
 
     def head(self, session_id: str) -> int:
         """The session's sequence number (0 when never written)."""
@@ -206,12 +233,15 @@ class DynamoDBStore:
                 TableName=self.table_name,
                 Key={PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": HEAD_SORT_KEY}},
                 ConsistentRead=True,
-                ProjectionExpression="#seq",
-                ExpressionAttributeNames={"#seq": "seq"},
+                ProjectionExpression="#seq, #ended, #exp",
+                ExpressionAttributeNames={"#seq": "seq", "#ended": ENDED_AT, "#exp": EXPIRES_AT},
             ),
         )
         item = out.get("Item")
-        return 0 if item is None else int(item["seq"]["N"])
+        if item is None or expired(item, self._ends.now()):
+            return 0
+        self._ends.read(session_id, int(item["seq"]["N"]), item)
+        return int(item["seq"]["N"])
 
     def commit(
         self,
@@ -256,17 +286,33 @@ class DynamoDBStore:
             bucket=self.bucket,
         )
         new_seq = expected_seq + 1
-        # One token for every attempt of this commit, so a resent commit never applies twice.
-        token = request_token()
-        for p in prepared:
-            if p.offload:
-                self._offload.put(p)
-        actions = [self._head_action(session_id, expected_seq, token, records)]
-        actions += [self._put_action(session_id, new_seq, p) for p in prepared]
-        self._retry.run(
-            "commit", lambda: transact(self._ddb, session_id, expected_seq, token, actions)
-        )
-        return new_seq
+        for resend in (False, True):
+            end = self._ends.end_of(session_id, expected_seq, documents)
+            # One token for every attempt of this commit, so a resent commit never applies
+            # twice (a resend below is another commit: the first was not applied).
+            token = request_token()
+            for p in prepared:
+                if p.offload:
+                    self._offload.put(p, ended=end.expires_at is not None)
+            actions = [self._head_action(session_id, expected_seq, token, records, end)]
+            actions += [self._put_action(session_id, new_seq, p, end.expires_at) for p in prepared]
+            try:
+                self._retry.run(
+                    "commit",
+                    lambda t=token, a=actions: transact(  # type: ignore[misc]
+                        self._ddb, session_id, expected_seq, t, a
+                    ),
+                )
+            except ConflictError as exc:
+                if resend or not end.guessed or exc.actual_seq != expected_seq:
+                    raise
+                # Not a newer commit: the session is ended and this store had not seen it
+                # (the guard refused to write unstamped items). Learn its end, then resend.
+                self.head(session_id)
+                continue
+            self._ends.committed(session_id, new_seq, end)
+            return new_seq
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def get_doc(self, session_id: str, key: str) -> Doc | None:
         """One document (one strongly consistent GetItem), or None."""
@@ -285,7 +331,9 @@ class DynamoDBStore:
             ),
         )
         item = out.get("Item")
-        return None if item is None else self._doc_from_item(item)
+        if item is None or expired(item, self._ends.now()):
+            return None
+        return self._doc_from_item(item)
 
     def list_docs(
         self,
@@ -332,6 +380,7 @@ class DynamoDBStore:
         # A start_after too long to be a key is skipped to on the client instead (the check
         # is a no-op otherwise).
         docs: list[Doc] = []
+        now = self._ends.now()
         while True:
             if limit is not None:
                 request["Limit"] = limit - len(docs)
@@ -339,6 +388,8 @@ class DynamoDBStore:
             for item in page.get("Items", []):
                 if after is not None and table.doc_key(item) <= after:
                     continue
+                if expired(item, now):
+                    continue  # gone for readers; TTL deletes it later
                 docs.append(self._doc_from_item(item))
                 if limit is not None and len(docs) >= limit:
                     return docs
@@ -358,11 +409,22 @@ class DynamoDBStore:
     # --- commit -----------------------------------------------------------------------------
 
     def _head_action(
-        self, session_id: str, expected_seq: int, token: str, records: list[TaskRecord]
+        self,
+        session_id: str,
+        expected_seq: int,
+        token: str,
+        records: list[TaskRecord],
+        ending: End = NOT_ENDED,
     ) -> TransactWriteItemTypeDef:
         """The head's write: the seq guard, the new seq and token, and the manifest updated for
-        the task writes (documents are not in the manifest)."""
+        the task writes (documents are not in the manifest); for the commit that ends the
+        session, its end and expiry."""
         new_seq = str(expected_seq + 1)
+        end: dict[str, AttributeValueTypeDef] = {}
+        if ending.ends and ending.ended_at is not None:
+            end[ENDED_AT] = {"N": repr(ending.ended_at)}
+            if ending.expires_at is not None:
+                end[EXPIRES_AT] = {"N": str(ending.expires_at)}
         if expected_seq == 0:
             live: dict[str, AttributeValueTypeDef] = {
                 r.id: {"N": new_seq} for r in records if r.live
@@ -377,14 +439,23 @@ class DynamoDBStore:
                         "seq": {"N": new_seq},
                         "txn": {"S": token},
                         "live": {"M": live},
+                        **end,
                     },
                     "ConditionExpression": _HEAD_ABSENT,
-                    "ExpressionAttributeNames": {"#pk": PARTITION_KEY},
+                    "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#exp": EXPIRES_AT},
+                    "ExpressionAttributeValues": {":now": {"N": str(math.floor(self._ends.now()))}},
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             }
         names = {"#seq": "seq", "#txn": "txn"}
+        if ending.guessed:
+            names["#ended"] = ENDED_AT
         sets = ["#seq = :next", "#txn = :txn"]
+        values: dict[str, AttributeValueTypeDef] = {}
+        for n, (name, value) in enumerate(end.items()):
+            names[f"#e{n}"] = name
+            values[f":e{n}"] = value
+            sets.append(f"#e{n} = :e{n}")
         removes: list[str] = []
         for n, r in enumerate(records):
             # DynamoDB rejects unused placeholders, so "#live" only comes with a task write.
@@ -400,21 +471,26 @@ class DynamoDBStore:
                 "TableName": self.table_name,
                 "Key": {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": HEAD_SORT_KEY}},
                 "UpdateExpression": update,
-                "ConditionExpression": _HEAD_AT_EXPECTED_SEQ,
+                "ConditionExpression": (
+                    _HEAD_AT_EXPECTED_SEQ_NOT_ENDED if ending.guessed else _HEAD_AT_EXPECTED_SEQ
+                ),
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": {
                     ":expected": {"N": str(expected_seq)},
                     ":next": {"N": new_seq},
                     ":txn": {"S": token},
+                    **values,
                 },
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         }
 
     def _put_action(
-        self, session_id: str, new_seq: int, p: offload.Prepared
+        self, session_id: str, new_seq: int, p: offload.Prepared, expires_at: int | None
     ) -> TransactWriteItemTypeDef:
         item = offload.to_item(session_id, p, new_seq, self.bucket)
+        if expires_at is not None:
+            item[EXPIRES_AT] = {"N": str(expires_at)}
         return {"Put": {"TableName": self.table_name, "Item": item}}
 
     def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
@@ -440,8 +516,8 @@ class DynamoDBStore:
                         "Get": {
                             "TableName": self.table_name,
                             "Key": head_key,
-                            "ProjectionExpression": "#seq",
-                            "ExpressionAttributeNames": {"#seq": "seq"},
+                            "ProjectionExpression": "#seq, #exp",
+                            "ExpressionAttributeNames": {"#seq": "seq", "#exp": EXPIRES_AT},
                         }
                     },
                     {"Get": {"TableName": self.table_name, "Key": task_key}},
@@ -449,8 +525,12 @@ class DynamoDBStore:
             ),
         )
         head, task = (r.get("Item") for r in out["Responses"])
-        seq = 0 if not head else int(head["seq"]["N"])
-        return seq, None if not task else TaskRecord.from_json(self._read_record(task))
+        now = self._ends.now()
+        if not head or expired(head, now):
+            return 0, None  # never written, or expired: gone (bide.aws.retention)
+        if not task or expired(task, now):
+            return int(head["seq"]["N"]), None
+        return int(head["seq"]["N"]), TaskRecord.from_json(self._read_record(task))
 
     # --- reads ------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..engine.errors import CommitTooLarge, StoreUnavailable
 from ..engine.records import TaskRecord
 from ..engine.store.base import Doc
+from .retention import ENDED_TAG
 from .retry import Retrier, new_client
 from .table import (
     DOC_PREFIX,
@@ -220,20 +221,35 @@ class S3Offload:
         self._owns_client = False
         self._retry = retry
 
-    def put(self, p: Prepared) -> None:
-        """Write ``p``'s body to its object (``p`` must be offloaded)."""
+    def put(self, p: Prepared, *, ended: bool = False) -> None:
+        """Write ``p``'s body to its object (``p`` must be offloaded); ``ended``: for a
+        session that has ended, tagged for the bucket's lifecycle rule
+        (:mod:`bide.aws.retention`)."""
         # Written before the transaction, so a committed reference never points at nothing.
         # The key is content-addressed: a commit that then fails leaves an unreferenced object
         # behind but never changes an object another commit references, so it is never
         # deleted here (a concurrent winner may have written the very same key).
         assert self.bucket is not None
         bucket, key = self.bucket, p.object_key
-        self._retry.run(
-            f"offload {p.what}",
-            lambda: self._s3().put_object(
+
+        def write() -> object:
+            if ended:
+                return self._s3().put_object(
+                    Bucket=bucket,
+                    Key=key,
+                    Body=p.body,
+                    ContentType="application/json",
+                    Tagging=ENDED_TAG,
+                )
+            return self._s3().put_object(
                 Bucket=bucket, Key=key, Body=p.body, ContentType="application/json"
-            ),
-        )
+            )
+
+        self._retry.run(f"offload {p.what}", write)
+
+    def client(self) -> S3Client:
+        """The S3 client (created now if needed)."""
+        return self._s3()
 
     def read_body(self, item: Item, what: str) -> str | bytes:
         """The JSON of a task or document item: inline, or from S3 with its digest checked."""

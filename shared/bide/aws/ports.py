@@ -7,6 +7,7 @@ signals has no alarm at all).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -38,4 +39,21 @@ class DeadLetters(Protocol):
 
     def dead_letter(self, session_id: str, wake: str, reason: dict[str, object]) -> None:
         """Set the wake (its message body) aside with ``reason`` (error, attempts, time)."""
+        ...
+
+
+class EndedSessions(Protocol):
+    """Finishes ending sessions in a store that expires them (the DynamoDB store with a
+    retention: :mod:`bide.aws.retention`): the end's commit stamps what it writes, this
+    stamps what was written before."""
+
+    def needs_stamping(self, session_id: str) -> bool:
+        """Whether :meth:`stamp_ended` may have work left, from what this process last saw
+        of the session (no I/O): False only for a session known not ended, kept forever or
+        finished."""
+        ...
+
+    def stamp_ended(self, session_id: str, linked: Sequence[tuple[str, str]] = ()) -> int:
+        """Give every item of the ended session, and each ``(partition, document key)`` of
+        ``linked``, the session's expiry; idempotent. How many items it stamped."""
         ...

@@ -54,7 +54,9 @@ TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dyna
 # The signal function reads a binding, the owner or one task by key and never queries.
 DELIVER_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 INDEX_ACTIONS = ("dynamodb:Query",)
-OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject")
+# Tagging: values written for an ended session are created tagged, and finishing an end
+# re-writes older ones tagged (CopyObject), for the bucket's lifecycle rule (bide.aws.retention).
+OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:PutObjectTagging")
 SEND_ACTIONS = ("sqs:SendMessage",)
 SCHEDULE_ACTIONS = (
     "scheduler:CreateSchedule",

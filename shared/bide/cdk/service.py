@@ -65,6 +65,8 @@ __all__ = [
 ALARM_EMAIL_CONTEXT = "bide:alarmEmail"
 #: How old the oldest wake in the queue may get before it alarms, by default.
 DEFAULT_WAKE_AGE_ALARM = cdk.Duration.minutes(15)
+#: How long an ended session is kept by default (the ``session_retention`` prop).
+DEFAULT_SESSION_RETENTION = cdk.Duration.days(c.DEFAULT_RETENTION_DAYS)
 
 #: The repository checkout this package lives in (``shared/bide``, pyproject.toml,
 #: requirements.lock.txt), or None when bide is an installed distribution.
@@ -91,6 +93,10 @@ class BideService(Construct):
     the workers the wake queue runs at once; ``reserved_concurrency`` maps function names
     (``worker``, ``signal``, ``api``) to reserved concurrency; ``value_expiration`` expires
     offloaded values (None: kept, since a live session may still need them).
+
+    ``session_retention`` is how long an ended session (``POST /sessions/{id}/end``) is kept:
+    then DynamoDB's TTL deletes its items and an S3 lifecycle rule its offloaded values
+    (:mod:`bide.aws.retention`; default 30 days; None or zero: kept forever; at least a day).
 
     ``throttle`` limits the stage's IAM-authorised routes; ``webhook_throttle`` the
     unauthenticated ``POST /hooks/{token}`` route on its own (lower by default), so a flood of
@@ -125,9 +131,11 @@ class BideService(Construct):
         worker_max_concurrency: int = c.DEFAULT_WORKER_MAX_CONCURRENCY,
         reserved_concurrency: Mapping[str, int] | None = None,
         value_expiration: cdk.Duration | None = None,
+        session_retention: cdk.Duration | None = DEFAULT_SESSION_RETENTION,
     ) -> None:
         super().__init__(scope, construct_id)
         _check_limits(worker_max_concurrency, reserved_concurrency)
+        retention_seconds = _retention_seconds(session_retention)
         email = alarm_email or self.node.try_get_context(ALARM_EMAIL_CONTEXT)
         if email is not None and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", str(email)):
             raise ValueError(
@@ -160,7 +168,11 @@ class BideService(Construct):
 
         # The order below is the order of the resources in the template.
         storage = Storage(
-            self, removal=removal, retain=retain_data, value_expiration=value_expiration
+            self,
+            removal=removal,
+            retain=retain_data,
+            value_expiration=value_expiration,
+            session_retention=session_retention if retention_seconds else None,
         )
         self.table = storage.table
         self.access_log_bucket = storage.access_log_bucket
@@ -202,6 +214,8 @@ class BideService(Construct):
             c.ENV_WEBHOOK_BASE_URL: self.http_api.api_endpoint,
             c.ENV_WEBHOOK_KEY_SECRET: self.webhook_key.secret_arn,
             c.ENV_TRACING: "1" if tracing else "0",
+            # How long ended sessions are kept (bide.aws.retention); 0: forever.
+            c.ENV_RETENTION_SECONDS: str(retention_seconds),
             # Principals let into every session besides its owner (bide.service.owners).
             **({c.ENV_ADMIN_PRINCIPALS: _admins(admin_principals)} if admin_principals else {}),
             "POWERTOOLS_SERVICE_NAME": c.SERVICE_NAME,
@@ -291,6 +305,22 @@ def _check_limits(max_concurrency: int, reserved: Mapping[str, int] | None) -> N
             raise ValueError(f"reserved_concurrency: {name!r} is not one of {sorted(names)}")
         if value < 0:
             raise ValueError(f"reserved_concurrency[{name!r}] must be >= 0, not {value}")
+
+
+def _retention_seconds(retention: cdk.Duration | None) -> int:
+    """``session_retention`` in whole seconds (0: forever), refused naming the prop when the
+    functions' configuration would refuse it or the lifecycle rule could not follow it."""
+    if retention is None:
+        return 0
+    seconds = retention.to_seconds()
+    if seconds == 0:
+        return 0
+    if not 86_400 <= seconds <= 10 * 366 * 86_400:
+        raise ValueError(
+            f"session_retention must be at least 1 day and at most 10 years (or zero or None "
+            f"to keep ended sessions forever), not {seconds} seconds"
+        )
+    return int(seconds)
 
 
 def _admins(principals: Sequence[str]) -> str:

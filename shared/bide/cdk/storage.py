@@ -9,6 +9,7 @@ deployed table and buckets, survive a change of how this code is laid out.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import aws_cdk as cdk
@@ -17,6 +18,12 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from ..aws.dynamodb import table_definition
+from ..aws.retention import ENDED_TAG_KEY, ENDED_TAG_VALUE, EXPIRES_AT
+
+#: Days an ended session's offloaded values outlive its retention (lifecycle days count from
+#: the object's (re)write at or after the end, rounded up to midnight UTC, so they never go
+#: before the session's items; the margin covers clock skew between the writer and S3).
+VALUE_MARGIN_DAYS = 1
 
 _ATTRIBUTE_TYPES = {
     "S": dynamodb.AttributeType.STRING,
@@ -32,6 +39,10 @@ class Storage:
     deletion protection; without it the buckets empty themselves on deletion.
     ``value_expiration`` deletes offloaded values that long after they were written (None:
     kept, the default: a session still holding one cannot load without it).
+    ``session_retention`` (None: ended sessions kept forever) adds the lifecycle rule that
+    deletes the values of ended sessions (tagged by the store) after the retention and
+    :data:`VALUE_MARGIN_DAYS`. The table's TTL attribute is on either way: only items of
+    ended sessions carry it (:mod:`bide.aws.retention`).
     """
 
     def __init__(
@@ -41,12 +52,13 @@ class Storage:
         removal: cdk.RemovalPolicy,
         retain: bool,
         value_expiration: cdk.Duration | None = None,
+        session_retention: cdk.Duration | None = None,
     ) -> None:
         #: Names of the table's local secondary indexes (the functions are granted on them).
         self.indexes: list[str] = []
         self.table = self._table(scope, removal, retain)
         self.access_log_bucket, self.bucket = self._buckets(
-            scope, removal, retain, value_expiration
+            scope, removal, retain, value_expiration, session_retention
         )
 
     def _table(self, scope: Construct, removal: cdk.RemovalPolicy, retain: bool) -> dynamodb.Table:
@@ -71,6 +83,10 @@ class Storage:
             ),
             deletion_protection=retain,
             removal_policy=removal,
+            # Items of ended sessions carry their expiry here (epoch seconds); DynamoDB deletes
+            # them some time after it, and the store treats them as gone from that moment
+            # (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/TTL.html).
+            time_to_live_attribute=EXPIRES_AT,
         )
         for index in definition.get("LocalSecondaryIndexes", []):
             sort_key = next(
@@ -91,6 +107,7 @@ class Storage:
         removal: cdk.RemovalPolicy,
         retain: bool,
         value_expiration: cdk.Duration | None,
+        session_retention: cdk.Duration | None,
     ) -> tuple[s3.Bucket, s3.Bucket]:
         common: dict[str, Any] = {
             "encryption": s3.BucketEncryption.S3_MANAGED,
@@ -118,6 +135,18 @@ class Storage:
         rules = [s3.LifecycleRule(abort_incomplete_multipart_upload_after=cdk.Duration.days(1))]
         if value_expiration is not None:
             rules.append(s3.LifecycleRule(expiration=value_expiration))
+        if session_retention is not None:
+            # Only values the store tagged: those of ended sessions, (re)written at or after
+            # the end (bide.aws.retention). The bucket is not versioned, so there are no
+            # noncurrent versions to expire.
+            days = math.ceil(session_retention.to_seconds() / 86_400) + VALUE_MARGIN_DAYS
+            rules.append(
+                s3.LifecycleRule(
+                    id="ended-session-values",
+                    tag_filters={ENDED_TAG_KEY: ENDED_TAG_VALUE},
+                    expiration=cdk.Duration.days(days),
+                )
+            )
         bucket = s3.Bucket(
             scope,
             "Bucket",

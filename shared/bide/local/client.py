@@ -238,7 +238,7 @@ def follow_list(
 
 
 def session_view(client: ApiClient, session_id: str, *, tail: int) -> dict[str, Any]:
-    """``GET /sessions/{id}`` completed for a person: every live task and submission (up to
+    """``GET /sessions/{id}`` completed for a person: every live task, submission and webhook (up to
     :data:`VIEW_ITEMS_CAP`) and the last ``tail`` transcript entries (``entries_total`` says
     how many there are)."""
     base = path_of("sessions", session_id)
@@ -246,10 +246,10 @@ def session_view(client: ApiClient, session_id: str, *, tail: int) -> dict[str, 
     if not response.ok or not isinstance(response.body, dict):
         raise PageRefused(response, base)
     view = dict(response.body)
-    for name in ("tasks", "submissions"):
+    for name, path in (("tasks", "tasks"), ("submissions", "submissions"), ("webhooks", "hooks")):
         cursor = view.get(f"{name}_next")
         if view.get(f"{name}_more") and cursor:
-            pages = read_pages(client, f"{base}/{name}", cursor=cursor, cap=VIEW_ITEMS_CAP)
+            pages = read_pages(client, f"{base}/{path}", cursor=cursor, cap=VIEW_ITEMS_CAP)
             view[name] = list(view.get(name) or []) + [i for p in pages for i in p["items"]]
     total = int(view.get("entries_total") or len(view.get("entries") or []))
     if tail <= 0:

@@ -102,8 +102,9 @@ class WebhookView(BaseModel):
 
 class SessionView(BaseModel):
     """``GET /sessions/{session_id}``: a bounded summary with the first page of the live
-    tasks, of the transcript and of the submissions; each ``*_next`` cursor continues its
-    list on ``GET /sessions/{session_id}/tasks``, ``.../transcript`` or ``.../submissions``."""
+    tasks, of the transcript, of the submissions and of the live webhooks; each ``*_next``
+    cursor continues its list on ``GET /sessions/{session_id}/tasks``, ``.../transcript``,
+    ``.../submissions`` or ``.../hooks``."""
 
     session_id: str
     owner: str | None = Field(
@@ -126,9 +127,12 @@ class SessionView(BaseModel):
     submissions: list[dict[str, Any]] = Field(description="the first page of submissions")
     submissions_next: str | None = None
     submissions_more: bool = False
-    webhooks: list[WebhookView] = Field(
-        default_factory=list, description="live webhook URLs (as GET .../hooks lists them)"
+    webhooks: list[WebhookView | OmittedItem] = Field(
+        default_factory=list,
+        description="the first page of live webhook URLs (as GET .../hooks lists them)",
     )
+    webhooks_next: str | None = None
+    webhooks_more: bool = False
 
 
 class _PageFields(BaseModel):
@@ -182,12 +186,12 @@ class SessionsPage(_PageFields):
     items: list[SessionListed]
 
 
-class HooksView(BaseModel):
+class HooksPage(_PageFields):
     """``GET /sessions/{session_id}/hooks``: the webhook URLs the session's live tasks
-    listen on."""
+    listen on, in task creation order."""
 
     session_id: str
-    webhooks: list[WebhookView]
+    items: list[WebhookView | OmittedItem]
 
 
 class Stopped(BaseModel):

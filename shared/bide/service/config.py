@@ -29,6 +29,7 @@ from ..constants import (
     ENV_MAX_RECEIVE_COUNT,
     ENV_QUEUE_ARN,
     ENV_QUEUE_URL,
+    ENV_RETENTION_SECONDS,
     ENV_SAFETY_MARGIN_MS,
     ENV_SCHEDULE_DLQ_ARN,
     ENV_SCHEDULE_GROUP,
@@ -58,6 +59,10 @@ _ENV: dict[str, tuple[str, str]] = {
     "max_receive_count": (ENV_MAX_RECEIVE_COUNT, "the wake queue's maxReceiveCount (1-1000)"),
     "admin_principals": (ENV_ADMIN_PRINCIPALS, "comma-separated IAM principal ARNs"),
     "schedule_dlq_arn": (ENV_SCHEDULE_DLQ_ARN, "the ARN of the schedules' standard SQS DLQ"),
+    "retention_seconds": (
+        ENV_RETENTION_SECONDS,
+        "seconds an ended session is kept (0: forever), a whole number",
+    ),
     "webhook_key_secret": (
         ENV_WEBHOOK_KEY_SECRET,
         "the Secrets Manager secret (name or ARN) holding the webhook key",
@@ -94,6 +99,9 @@ class Settings(BaseModel):
     schedule_dlq_arn: str | None = Field(default=None, pattern=r"^arn:[\w-]+:sqs:[\w:-]+$")
     # Secrets Manager takes a name (1-512 of these characters) or an ARN.
     webhook_key_secret: str | None = Field(default=None, max_length=2048, pattern=r"^[\w/+=.@:-]+$")
+    # DynamoDB ignores TTL values more than five years in the past; a retention is never
+    # negative, and ten years is far beyond any sane one (a typo guard).
+    retention_seconds: int = Field(default=0, ge=0, le=10 * 366 * 86_400)
 
     @model_validator(mode="after")
     def _alarms_all_or_nothing(self) -> Self:
@@ -224,7 +232,8 @@ def deps_from_env(
     settings: Settings | None = None,
 ) -> Deps:
     """Build a function's :class:`Deps` from its environment (or from ``settings``): the
-    DynamoDB store (S3 offload to the bucket; commit conflicts counted), the SQS wake queue,
+    DynamoDB store (S3 offload to the bucket; commit conflicts counted; ended sessions kept
+    ``BIDE_RETENTION_SECONDS``), the SQS wake queue,
     Scheduler alarms when configured, and the app named by ``BIDE_APP``."""
     # Imported here, not at the top: the app pulls in what its tasks use, and the AWS
     # adapters import botocore; a function pays for them when it first configures itself.
@@ -244,6 +253,7 @@ def deps_from_env(
         bucket=settings.bucket,
         s3_client=LazyClient("s3", sdk_retries=False),  # type: ignore[arg-type]
     )
+    store.set_retention(settings.retention_seconds or None)
     ids = RandomIds()
     sqs = LazyClient("sqs")
     alarms: Any = _AlarmsNotConfigured()
@@ -279,4 +289,5 @@ def deps_from_env(
         max_receive_count=settings.max_receive_count,
         admin_principals=parse_admins(settings.admin_principals),
         webhook_keys=keys,
+        ended_sessions=store,
     )

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..aws.ports import Alarms, DeadLetters, WakeQueue
+from ..aws.ports import Alarms, DeadLetters, EndedSessions, WakeQueue
 from ..constants import NONDETERMINISM_SINK, WORKER_LEASE_SECONDS
 from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
@@ -48,6 +48,9 @@ class Deps:
     """The deployment key webhook tokens are derived under (:mod:`bide.tools.webhook_keys`):
     the functions read it from Secrets Manager, the local stack from its key file. The default,
     this process's random key, suits tests only."""
+    ended_sessions: EndedSessions | None = None
+    """Finishes ending sessions in a store that expires them (the functions' DynamoDB store:
+    :mod:`bide.service.retention`); None: the store keeps every session (local, tests)."""
 
     def harness_services(self) -> dict[str, Any]:
         """What tasks may read through ``rt.services``."""

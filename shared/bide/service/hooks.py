@@ -18,6 +18,7 @@ whose binding document exists are listed: that is what the webhook route checks.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ..engine.delivery import STREAM_SUFFIX
@@ -49,12 +50,13 @@ def _received(record: TaskRecord, signal: str, key: str) -> int:
     return int(slot is not None and slot.has_value)
 
 
-def _minted(record: TaskRecord) -> list[tuple[str, str | None]]:
-    """``(nonce, workflow operation name or None)`` of every webhook the task minted."""
-    found: list[tuple[str, str | None]] = []
+def _minted(record: TaskRecord) -> list[tuple[str, str, str | None]]:
+    """``(memo name, nonce, workflow operation name or None)`` of every webhook the task
+    minted, in memo name order."""
+    found: list[tuple[str, str, str | None]] = []
     for name, value in sorted(record.memos.items()):
         if name.startswith(WEBHOOK_MEMO_PREFIX) and isinstance(value, str):
-            found.append((value, None))
+            found.append((name, value, None))
         elif (
             name.startswith(_WORKFLOW_OP)
             and name[len(_WORKFLOW_OP) :].isdigit()
@@ -63,21 +65,38 @@ def _minted(record: TaskRecord) -> list[tuple[str, str | None]]:
             and isinstance(value.get("nonce"), str)
             and result_memo(int(name[len(_WORKFLOW_OP) :])) in record.memos
         ):
-            found.append((value["nonce"], str(value.get("name") or "webhook")))
+            found.append((name, value["nonce"], str(value.get("name") or "webhook")))
     return found
+
+
+#: A webhook's place in the listing: its task's creation time and id, and the memo naming it.
+Position = tuple[float, str, str]
 
 
 def live_webhooks(harness: Harness, base_url: str, keys: WebhookKeys) -> list[dict[str, Any]]:
     """Every webhook URL a live task of the attached ``harness``'s session listens on, in
-    task creation order: ``url``, ``task_id``, ``tool`` (the tool whose call minted it, when
-    known), ``signal`` and ``key`` it delivers to, ``source`` (``tool`` or ``workflow``),
-    ``name`` (a workflow webhook's operation name), ``signed`` (requests need an HMAC
-    signature) and ``received`` (requests taken so far). Tokens are derived under ``keys``'
-    current key."""
+    task creation order (:func:`webhooks_after`, from the start)."""
+    return [hook for _, hook in webhooks_after(harness, base_url, keys)]
+
+
+def webhooks_after(
+    harness: Harness, base_url: str, keys: WebhookKeys, after: Position | None = None
+) -> Iterator[tuple[Position, dict[str, Any]]]:
+    """``(position, webhook)`` for each webhook URL a live task of the attached ``harness``'s
+    session listens on, after ``after``, in task creation order then memo name order, read
+    lazily (one binding read each), so a page stops reading when it is full. A webhook is
+    ``url``, ``task_id``, ``tool`` (the tool whose call minted it, when known), ``signal``
+    and ``key`` it delivers to, ``source`` (``tool`` or ``workflow``), ``name`` (a workflow
+    webhook's operation name), ``signed`` (requests need an HMAC signature) and ``received``
+    (requests taken so far). Tokens are derived under ``keys``' current key."""
     base = base_url.rstrip("/")
-    hooks: list[dict[str, Any]] = []
     for record in sorted(harness.live_tasks.values(), key=lambda r: (r.created_at, r.id)):
-        for nonce, op_name in _minted(record):
+        if after is not None and (record.created_at, record.id) < after[:2]:
+            continue
+        for memo, nonce, op_name in _minted(record):
+            position = (record.created_at, record.id, memo)
+            if after is not None and position <= after:
+                continue
             found = harness.get_doc(binding_key(nonce))
             if found is None:
                 continue
@@ -85,7 +104,8 @@ def live_webhooks(harness: Harness, base_url: str, keys: WebhookKeys) -> list[di
             if binding.task_id != record.id or binding.nonce != nonce:
                 continue
             token = token_of(binding, keys)
-            hooks.append(
+            yield (
+                position,
                 {
                     "url": f"{base}/hooks/{token}",
                     "task_id": record.id,
@@ -96,6 +116,5 @@ def live_webhooks(harness: Harness, base_url: str, keys: WebhookKeys) -> list[di
                     "name": op_name,
                     "signed": binding.hmac_secret is not None,
                     "received": _received(record, binding.signal, binding.key),
-                }
+                },
             )
-    return hooks

@@ -168,6 +168,17 @@ def _index(store: Store, owner: str, key: str, session_id: str, created_at: floa
     raise StoreUnavailable(f"could not add session {session_id!r} to its owner's index")
 
 
+def index_entry(store: Store, session_id: str) -> tuple[str, str] | None:
+    """Where the session is listed: ``(index partition, document key)`` of its owner's index
+    entry, or None for a session without an owner."""
+    doc = store.get_doc(session_id, OWNER_KEY)
+    body = doc.body if doc is not None and isinstance(doc.body, dict) else {}
+    owner, key = body.get("principal"), body.get("index_key")
+    if isinstance(owner, str) and isinstance(key, str):
+        return index_partition(owner), key
+    return None
+
+
 def list_owned(store: Store, principal: str, *, start_after: str | None, limit: int) -> list[Doc]:
     """Up to ``limit`` index documents of ``principal``'s sessions after ``start_after``,
     newest first."""

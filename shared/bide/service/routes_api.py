@@ -38,7 +38,7 @@ from .api_models import (
     Ended,
     ErrorBody,
     FieldError,
-    HooksView,
+    HooksPage,
     SessionCreated,
     SessionsPage,
     SessionView,
@@ -65,7 +65,7 @@ from .sessions import (
     SessionNotFound,
     cancel_task,
     create_session,
-    hooks,
+    hooks_page,
     stop,
     submissions_page,
     submit,
@@ -289,15 +289,17 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
     @app.get(
         "/sessions/<session_id>/hooks",
         summary="List the session's webhook URLs",
-        description="Every capability webhook URL a live task listens on, with the task, the "
-        "signal and key it delivers to, whether requests must be signed and how many arrived.",
-        responses=_responses((200, "the live webhooks", HooksView), 403, 404, 422, 503),
+        description="The capability webhook URLs live tasks listen on, by page in task "
+        "creation order, with the task, the signal and key each delivers to, whether requests "
+        "must be signed and how many arrived.",
+        responses=_responses((200, "a page of live webhooks", HooksPage), 400, 403, 404, 422, 503),
     )
-    async def list_hooks(session_id: SessionId) -> Response[Any]:
-        found = await hooks(existing(session_id), session_id)
-        return model_response(
-            200, HooksView.model_validate({"session_id": session_id, "webhooks": found})
-        )
+    async def list_hooks(
+        session_id: SessionId, cursor: Cursor = None, limit: Limit = DEFAULT_PAGE_LIMIT
+    ) -> Response[Any]:
+        page = await hooks_page(existing(session_id), session_id, cursor=cursor, limit=limit)
+        body = {"session_id": session_id, **page.as_dict()}
+        return model_response(200, HooksPage.model_validate(body))
 
     @app.post(
         "/sessions/<session_id>/stop",
@@ -388,8 +390,10 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
 
     @app.post(
         "/sessions/<session_id>/end",
-        summary="End the session's background work",
-        description="Cancels every working background task of the session.",
+        summary="End the session",
+        description="Cancels every working background task of the session, and starts its "
+        "retention: the deployment deletes an ended session that long after its end (its "
+        "session_retention; the session keeps working until then).",
         responses=_responses((202, "ending", Ended), 403, 404, 422, 503),
     )
     async def end(session_id: SessionId) -> Response[Any]:

@@ -3,8 +3,9 @@ URLs. Every command is one commit on the session followed by a wake, so the work
 change up.
 
 Reading is bounded however long the session: :func:`view` is a summary with the first page of
-the transcript, of the live tasks and of the submissions; :func:`transcript_page`,
-:func:`tasks_page` and :func:`submissions_page` serve the rest by cursor
+the transcript, of the live tasks, of the submissions and of the live webhooks;
+:func:`transcript_page`, :func:`tasks_page`, :func:`submissions_page` and :func:`hooks_page`
+serve the rest by cursor
 (:mod:`bide.service.pages`). Owners and the caller's listing: :mod:`bide.service.owners`."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..engine.records import TaskRecord
 from ..engine.state import Sleeping, Waiting
 from . import owners
 from .deps import Deps
-from .hooks import live_webhooks
+from .hooks import Position, webhooks_after
 from .pages import MAX_PAGE_BYTES, BadCursor, Page, build_page, decode_cursor
 
 MAIN = "main"
@@ -245,6 +246,7 @@ async def view(deps: Deps, session_id: str) -> dict[str, Any]:
     except ConversationError as exc:
         raise SessionNotFound(f"no session {session_id!r}") from exc
     tasks = _tasks(harness, session_id, None, SUMMARY_LIMIT, SUMMARY_BYTES)
+    hooks = _hooks(deps, harness, session_id, None, SUMMARY_LIMIT, SUMMARY_BYTES)
     entries = _docs(
         deps, session_id, "transcript", f"conv/{MAIN}/e/", None, SUMMARY_LIMIT, SUMMARY_BYTES
     )
@@ -268,11 +270,42 @@ async def view(deps: Deps, session_id: str) -> dict[str, Any]:
         "submissions": submissions.items,
         "submissions_next": submissions.next,
         "submissions_more": submissions.more,
-        "webhooks": live_webhooks(harness, deps.webhook_base_url, deps.webhook_keys),
+        "webhooks": hooks.items,
+        "webhooks_next": hooks.next,
+        "webhooks_more": hooks.more,
     }
 
 
-async def hooks(deps: Deps, session_id: str) -> list[dict[str, Any]]:
-    """The webhook URLs the session's live tasks listen on (see :mod:`bide.service.hooks`)."""
+def _hooks(
+    deps: Deps, harness: Harness, session_id: str, cursor: str | None, limit: int, bound: int
+) -> Page:
+    # Webhooks in task creation order, then memo name; the cursor holds the last one's
+    # (created_at, task id, memo name).
+    after = decode_cursor(cursor, session=session_id, kind="hooks")
+    if after is not None and not (
+        isinstance(after, list)
+        and len(after) == 3
+        and isinstance(after[0], int | float)
+        and isinstance(after[1], str)
+        and isinstance(after[2], str)
+    ):
+        raise BadCursor("cursor", "not a position in the webhook list")
+    start: Position | None = None if after is None else (float(after[0]), after[1], after[2])
+    found = webhooks_after(harness, deps.webhook_base_url, deps.webhook_keys, start)
+    return build_page(
+        (([p[0], p[1], p[2]], hook) for p, hook in found),
+        limit=limit,
+        session=session_id,
+        kind="hooks",
+        start=after,
+        byte_bound=bound,
+    )
+
+
+async def hooks_page(
+    deps: Deps, session_id: str, *, cursor: str | None, limit: int, bound: int = MAX_PAGE_BYTES
+) -> Page:
+    """The webhook URLs the session's live tasks listen on (see :mod:`bide.service.hooks`),
+    in task creation order, after ``cursor``."""
     harness, _ = await _attach(deps, session_id)
-    return live_webhooks(harness, deps.webhook_base_url, deps.webhook_keys)
+    return _hooks(deps, harness, session_id, cursor, limit, bound)

@@ -21,6 +21,7 @@ from ..engine.harness import Harness
 from ..engine.rules import Wake
 from ..engine.state import Sleeping
 from .deps import Deps
+from .retention import finish_end
 
 # While waiting in-process for a near deadline, look at the session this often: a signal that
 # lands meanwhile runs at once rather than at the deadline (its own wake waits in the queue
@@ -73,6 +74,9 @@ async def run_session(
             return WorkerRun(session_id, done.wake, "requeued")
         if not await _waited_for_deadline(deps, session_id, done, stop_at):
             break
+    # A session ended since (or an end whose stamping a crash cut short): finish it here, so
+    # a failure retries with the wake. Free for every other session.
+    finish_end(deps, session_id)
     action, undoes = _act(deps, session_id, done.wake, may_have_alarm)
     # Only replacing or deleting an alarm can undo another run's newer one: check then that
     # the session did not move on after this run's final commit (another worker may have run

@@ -89,11 +89,14 @@ async def cancel_background(deps: Deps, session_id: str, task_id: str) -> str:
 
 
 async def end_session(deps: Deps, session_id: str) -> list[str]:
-    """End the session's background work: every working background task is cancelled and no
-    new one starts. The ids cancelled."""
+    """End the session: every working background task is cancelled, no new one starts, and
+    in a store that expires ended sessions the retention clock starts
+    (:mod:`bide.service.retention`). The ids cancelled."""
     deps.queue.wake(session_id, "end")
     harness = await _attach(deps, session_id)
     cancelled = await end_session_in(harness)
+    # The worker this wakes also stamps the session's older items with its expiry
+    # (bide.service.retention): too many for this request's time, and retried with the wake.
     deps.queue.wake(session_id, "end-stored")
     return cancelled
 

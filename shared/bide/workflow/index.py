@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..engine.store.base import MAX_COMMIT_ITEMS, Store
+from ..engine.store.base import MAX_COMMIT_ITEMS, SESSION_ENDED_KEY, Store
 from ..tools.define import claim_tools, define_tool
 from ..tools.results import ToolResult
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..engine.harness import Draft, Harness
 
 INDEX_PREFIX = "wf/task/"
-ENDED_KEY = "wf/session-ended"
+ENDED_KEY = SESSION_ENDED_KEY  # the commit writing it ends the session (Store contract)
 SESSION_ENDED = "session ended"
 TaskStatus = Literal["working", "completed", "failed", "cancelled"]
 

@@ -14,6 +14,13 @@ A commit holds at most :data:`MAX_COMMIT_ITEMS` records and documents together (
 DynamoDB store's transaction limit, enforced by every store so the engine cannot build a
 commit that only the embedded store accepts).
 
+**Ending a session.** A commit that writes the document :data:`SESSION_ENDED_KEY` (body
+``{"at": <epoch seconds>}``) ends the session at that time: the one commit that records the
+end. A store may keep an ended session only for a while (the DynamoDB store, with a retention
+configured, lets DynamoDB's TTL delete it, see ``docs/deploy.md``); once expired, a session
+reads as never written (seq 0, no tasks, no documents). Until then it stays readable and
+writable like any other; the end is never undone.
+
 Every store implementation must pass ``tests/store_contract.py``.
 """
 
@@ -27,6 +34,15 @@ from ..records import TaskRecord
 
 MAX_COMMIT_ITEMS = 99  # records and documents together, counted as passed in
 MAX_DOC_KEY_BYTES = 1022  # UTF-8 bytes; longer keys are refused (DynamoDB's sort key limit)
+#: The document whose commit ends the session (see the module). Its key predates the notion
+#: (only workflows knew it), so sessions ended before keep their end.
+SESSION_ENDED_KEY = "wf/session-ended"
+
+
+def ended_at(body: Any) -> float | None:
+    """The end time an ended-session document holds, or None when it holds none."""
+    at = body.get("at") if isinstance(body, dict) else None
+    return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
 
 
 @dataclass(frozen=True)
