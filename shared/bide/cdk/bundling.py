@@ -6,8 +6,18 @@ CDK's ``BundlingOptions(local=...)`` runs these bundlers on the synthesizing mac
   from :mod:`bide.handlers`, the ``bide`` package (less :mod:`bide.cdk` and
   :mod:`bide.scaffold`, which never run in Lambda) + the app's own modules (copied, no
   install);
-* one shared layer = the runtime dependencies, installed for Lambda's platform
-  (``manylinux2014_aarch64``, CPython 3.12) with ``uv pip`` or ``pip`` into ``python/``.
+* one shared layer = the runtime dependencies, boto3 and botocore included, installed for
+  Lambda's platform (``manylinux2014_aarch64``, CPython 3.12) with ``uv pip`` or ``pip`` into
+  ``python/``, then checked against the pins (:func:`check_pins`).
+
+The layer ships its own boto3/botocore, at the version the tests ran with, rather than the
+one the Lambda runtime happens to include: the runtime's copy changes without notice (AWS
+updates it with the runtime; https://docs.aws.amazon.com/lambda/latest/dg/lambda-python.html
+recommends packaging the SDK with the function for full control of the version). A layer's
+``python/`` folder comes before the runtime's own packages on ``sys.path``
+(https://docs.aws.amazon.com/lambda/latest/dg/packaging-layers.html), so the pinned copy is
+the one imported. Both bundles get bytecode compiled by a CPython 3.12 when one is at
+hand (``_bytecode_python``).
 
 Both come from the ``bide`` this module belongs to: in a checkout of the repository
 (``shared/bide`` beside a ``pyproject.toml`` naming the project ``bide``) the layer's
@@ -57,13 +67,14 @@ UV_PLATFORM = "aarch64-manylinux2014"
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
 
-# The Lambda runtime ships boto3/botocore; bundling our own would only add cold-start weight.
-_RUNTIME_PROVIDED_NAMES = frozenset({"boto3", "botocore"})
-DEFAULT_REQUIREMENTS = ("pydantic>=2.7", "aws-lambda-powertools>=3.0")
+DEFAULT_REQUIREMENTS = ("pydantic>=2.7", "aws-lambda-powertools>=3.0", "boto3>=1.35")
+#: The SDK the layer ships (at the locked version, see the module docstring): named here so it
+#: is there even when a project's own dependency list leaves it to the runtime.
+SDK_REQUIREMENTS = ("boto3", "botocore")
 TRACING_REQUIREMENTS = ("aws-xray-sdk",)
 
 # Bumped when the bundle layout changes, so old cached assets are not reused.
-_BUNDLE_FORMAT = "1"
+_BUNDLE_FORMAT = "2"
 _IGNORED = ("__pycache__", "*.pyc", "*.pyo", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 _PLACEHOLDER_DIR = Path(__file__).resolve().parent / "placeholder"
 # The placeholder folder is a package of bide (so the layering checks see it); the asset is
@@ -134,14 +145,16 @@ def runtime_requirements(
     source_root: Path | None, *, tracing: bool = False, extra: Iterable[str] = ()
 ) -> list[str]:
     """The layer's requirements: the project's runtime dependencies (from ``source_root``'s
-    pyproject.toml, else from the installed distribution's metadata) minus what the Lambda
-    runtime provides, plus the X-Ray SDK when tracing, plus ``extra``."""
+    pyproject.toml, else from the installed distribution's metadata), boto3 and botocore
+    (:data:`SDK_REQUIREMENTS`), the X-Ray SDK when tracing, and ``extra``."""
     declared = _installed_requirements() if source_root is None else list(DEFAULT_REQUIREMENTS)
     pyproject = None if source_root is None else source_root / "pyproject.toml"
     if pyproject is not None and pyproject.is_file():
         project = tomllib.loads(pyproject.read_text()).get("project", {})
         declared = list(project.get("dependencies", declared))
-    wanted = [r for r in declared if _requirement_name(r) not in _RUNTIME_PROVIDED_NAMES]
+    wanted = list(declared)
+    names = {_requirement_name(r) for r in wanted}
+    wanted.extend(sdk for sdk in SDK_REQUIREMENTS if sdk not in names)
     if tracing:
         wanted.extend(TRACING_REQUIREMENTS)
     wanted.extend(extra)
@@ -311,6 +324,7 @@ class LayerBundler:
                 f"({' '.join(command)}):\n{result.stderr[-4000:]}"
             )
         _tidy_install(target)
+        check_pins(target, self.constraints)
         if self.compile_bytecode:
             _compile(target)
         print(f"bide: layer installed in {time.monotonic() - started:.1f} s", file=sys.stderr)
@@ -363,18 +377,76 @@ def _tidy_install(target: Path) -> None:
     (target / ".lock").unlink(missing_ok=True)
 
 
+def installed_versions(target: Path) -> dict[str, str]:
+    """Normalized name -> version of every distribution installed in ``target`` (from its
+    ``*.dist-info/METADATA``)."""
+    found: dict[str, str] = {}
+    for metadata in target.glob("*.dist-info/METADATA"):
+        fields = dict(
+            line.split(": ", 1)
+            for line in metadata.read_text(errors="replace").splitlines()[:20]
+            if ": " in line
+        )
+        if "Name" in fields and "Version" in fields:
+            found[_normalize(fields["Name"])] = fields["Version"].strip()
+    return found
+
+
+def check_pins(target: Path, constraints: Sequence[str]) -> None:
+    """Refuse a layer whose installed boto3/botocore (or any pinned distribution it holds)
+    is not at the pinned version: the layer must ship what the tests ran with."""
+    installed = installed_versions(target)
+    wrong = []
+    for pin in constraints:
+        name, _, version = pin.partition("==")
+        have = installed.get(_normalize(name))
+        if have is not None and have != version:
+            wrong.append(f"{name} {have} (pinned {version})")
+    missing = [sdk for sdk in SDK_REQUIREMENTS if sdk not in installed]
+    if wrong or missing:
+        problems = [*wrong, *(f"{name} not installed" for name in missing)]
+        raise RuntimeError(
+            "bide: the layer does not hold the tested dependency versions: "
+            + "; ".join(problems)
+            + ". Check the installer's index or mirror, and requirements.lock.txt"
+        )
+
+
+def _interpreter_candidates() -> list[str]:
+    # The explicit choice, PATH, then pyenv's and uv's own installs (found without a
+    # download: UV_PYTHON_DOWNLOADS=never).
+    found = [os.environ.get(BYTECODE_PYTHON_ENV) or "", shutil.which("python3.12") or ""]
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    found.extend(str(p) for p in sorted(pyenv.glob("versions/3.12*/bin/python3.12"), reverse=True))
+    uv = _find_uv()
+    if uv is not None:
+        done = subprocess.run(
+            [uv, "python", "find", "--no-project", PYTHON_VERSION],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"),
+        )
+        found.append(done.stdout.strip() if done.returncode == 0 else "")
+    return [f for f in found if f]
+
+
 @functools.cache
 def _bytecode_python() -> str | None:
-    """A CPython 3.12 (same bytecode magic as Lambda's runtime), if this machine has one."""
-    candidates = [os.environ.get(BYTECODE_PYTHON_ENV), shutil.which("python3.12")]
-    for candidate in filter(None, candidates):
+    """A CPython 3.12 (same bytecode magic as Lambda's runtime), if this machine has one:
+    ``$BIDE_BYTECODE_PYTHON``, ``python3.12`` on PATH, a pyenv install, or one uv knows."""
+    for candidate in _interpreter_candidates():
         probe = subprocess.run(
-            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            [
+                candidate,
+                "-c",
+                "import sys; print(sys.implementation.name, '%d.%d' % sys.version_info[:2])",
+            ],
             capture_output=True,
             text=True,
             check=False,
         )
-        if probe.returncode == 0 and probe.stdout.strip() == PYTHON_VERSION:
+        if probe.returncode == 0 and probe.stdout.split() == ["cpython", PYTHON_VERSION]:
             return candidate
     return None
 

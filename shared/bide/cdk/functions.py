@@ -139,7 +139,7 @@ class Functions:
             code=bundling.layer_code(requirements, constraints),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
-            description="bide runtime dependencies (pydantic, Powertools) for python3.12 arm64",
+            description="bide dependencies (pydantic, Powertools, boto3), python3.12 arm64",
         )
         package_dir = PACKAGE_DIR if source_root is None else source_root / "shared" / "bide"
 
