@@ -96,6 +96,9 @@ class BideService(Construct):
     unauthenticated ``POST /hooks/{token}`` route on its own (lower by default), so a flood of
     webhook requests cannot use up the sessions API's budget. The key webhook tokens are
     derived under is a Secrets Manager secret made here (``webhook_key``).
+
+    ``model_access`` lists the Bedrock models (ids, inference profile ids or ARNs) the worker
+    may invoke (Converse, ConverseStream); default none: the worker gets no Bedrock permission.
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class BideService(Construct):
         worker_max_concurrency: int = c.DEFAULT_WORKER_MAX_CONCURRENCY,
         reserved_concurrency: Mapping[str, int] | None = None,
         value_expiration: cdk.Duration | None = None,
+        model_access: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         _check_limits(worker_max_concurrency, reserved_concurrency)
@@ -226,6 +230,7 @@ class BideService(Construct):
             log_retention=log_retention,
             worker_max_concurrency=worker_max_concurrency,
             reserved_concurrency=reserved_concurrency,
+            model_access=model_access,
         )
         self.layer = functions.layer
         self.worker = functions.worker
