@@ -31,6 +31,13 @@ from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path
 from .local.redrive import RedriveError, add_redrive_parser, run_redrive
 from .local.render import hook_line, not_taken, render_session
 from .local.serve import local_logging, serve_until_signalled
+from .local.smoke import (
+    DEFAULT_ALARM_SECONDS,
+    DEFAULT_POLL_SECONDS,
+    DEFAULT_TIMEOUT_SECONDS,
+    MAX_WAIT_SECONDS,
+    Smoke,
+)
 from .local.stack import LocalStackError
 from .local.watch import WatchRefused, follow
 from .scaffold import ProjectError, create_project
@@ -186,6 +193,20 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = command("cancel", "cancel one task (and what it owns)")
     cancel.add_argument("session")
     cancel.add_argument("task")
+    smoke = command(
+        "smoke",
+        "check a deployed stack end to end: a session, a webhook, a short alarm "
+        "(--timeout: how long to wait in all, default 600 s)",
+    )
+    smoke.add_argument(
+        "--alarm-seconds",
+        type=int,
+        default=DEFAULT_ALARM_SECONDS,
+        help="the alarm step's wait (default %(default)s; Scheduler adds up to ~2 minutes)",
+    )
+    smoke.add_argument(
+        "--poll", type=float, default=DEFAULT_POLL_SECONDS, help="seconds between reads"
+    )
     add_redrive_parser(command)
     listing.add_parser(command)
     return parser
@@ -422,6 +443,20 @@ def cmd_cancel(args: argparse.Namespace) -> None:
 # --- bide dev -------------------------------------------------------------------------------------
 
 
+def cmd_smoke(args: argparse.Namespace) -> None:
+    """Check a deployed stack end to end (:mod:`bide.local.smoke`); exit 1 on a failed step."""
+    if not 1 <= args.alarm_seconds <= MAX_WAIT_SECONDS:
+        raise CommandFailed(f"--alarm-seconds must be 1 to {MAX_WAIT_SECONDS}", EXIT_USAGE)
+    run = Smoke(
+        _client(args, timeout=HTTP_TIMEOUT_SECONDS),
+        timeout=args.timeout or DEFAULT_TIMEOUT_SECONDS,
+        alarm_seconds=args.alarm_seconds,
+        poll_seconds=args.poll,
+    )
+    if not asyncio.run(run.run()):
+        raise CommandFailed("", EXIT_REFUSED)
+
+
 def cmd_dev(args: argparse.Namespace) -> None:
     """Run the local stack until SIGINT/SIGTERM."""
     from .app import load_app
@@ -463,6 +498,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], object]] = {
     "watch": cmd_watch,
     "stop": cmd_stop,
     "cancel": cmd_cancel,
+    "smoke": cmd_smoke,
     "redrive": lambda args: print(run_redrive(args)),  # see bide.local.redrive
     "sessions": lambda args: listing.run(args, _client(args)),
 }
