@@ -195,7 +195,10 @@ def test_the_cli_command(monkeypatch, capsys):
     assert code == cli.EXIT_REFUSED
     out = capsys.readouterr().out
     assert "FAIL  1/7 create a session:" in out and "smoke FAILED at step 1 of 7" in out
-    assert cli.main(["smoke", "--url", URL, "--alarm-seconds", "0"]) == cli.EXIT_USAGE
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["smoke", "--url", URL, "--alarm-seconds", "0"])
+    assert usage.value.code == cli.EXIT_USAGE
+    assert "--alarm-seconds: must be 1 to 900 seconds, not '0'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

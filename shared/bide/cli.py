@@ -3,12 +3,17 @@
 ``bide dev`` runs the local stack. Every other command talks HTTP to a sessions API: the local
 stack (the default, ``http://127.0.0.1:8787``) or a deployed one (``--url https://...``; its
 requests are signed with SigV4 using your AWS credentials). ``bide init DIR`` writes a new
-project (:mod:`bide.scaffold`) and talks to nothing.
+project (:mod:`bide.scaffold`) and talks to nothing. ``bide smoke`` checks a deployed stack
+end to end (:mod:`bide.local.smoke`).
 
 Exit codes: 0 done; 1 the server refused the request (HTTP 4xx/5xx, or an answer saying it
 was not taken: a signal or answer that was not ``delivered``, an approval not ``decided``, a
-submission left ``unanswered``); 2 bad usage; 3 the server could not be reached or the request
-could not be made; 4 ``bide watch`` reached its ``--timeout`` before the session went idle.
+submission left ``unanswered``; a ``bide smoke`` step failed); 2 bad usage; 3 the server
+could not be reached or the request could not be made; 4 ``bide watch`` reached its
+``--timeout`` before the session went idle.
+
+Long because: it is the one table of every command's arguments and handler; commands with
+more than a request or two keep their work in ``bide.local`` (redrive, listing, smoke).
 """
 
 from __future__ import annotations
@@ -31,13 +36,7 @@ from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path
 from .local.redrive import RedriveError, add_redrive_parser, run_redrive
 from .local.render import hook_line, not_taken, render_session
 from .local.serve import local_logging, serve_until_signalled
-from .local.smoke import (
-    DEFAULT_ALARM_SECONDS,
-    DEFAULT_POLL_SECONDS,
-    DEFAULT_TIMEOUT_SECONDS,
-    MAX_WAIT_SECONDS,
-    Smoke,
-)
+from .local.smoke import add_smoke_parser, run_smoke
 from .local.stack import LocalStackError
 from .local.watch import WatchRefused, follow
 from .scaffold import ProjectError, create_project
@@ -193,20 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = command("cancel", "cancel one task (and what it owns)")
     cancel.add_argument("session")
     cancel.add_argument("task")
-    smoke = command(
-        "smoke",
-        "check a deployed stack end to end: a session, a webhook, a short alarm "
-        "(--timeout: how long to wait in all, default 600 s)",
-    )
-    smoke.add_argument(
-        "--alarm-seconds",
-        type=int,
-        default=DEFAULT_ALARM_SECONDS,
-        help="the alarm step's wait (default %(default)s; Scheduler adds up to ~2 minutes)",
-    )
-    smoke.add_argument(
-        "--poll", type=float, default=DEFAULT_POLL_SECONDS, help="seconds between reads"
-    )
+    add_smoke_parser(command)
     add_redrive_parser(command)
     listing.add_parser(command)
     return parser
@@ -445,15 +431,7 @@ def cmd_cancel(args: argparse.Namespace) -> None:
 
 def cmd_smoke(args: argparse.Namespace) -> None:
     """Check a deployed stack end to end (:mod:`bide.local.smoke`); exit 1 on a failed step."""
-    if not 1 <= args.alarm_seconds <= MAX_WAIT_SECONDS:
-        raise CommandFailed(f"--alarm-seconds must be 1 to {MAX_WAIT_SECONDS}", EXIT_USAGE)
-    run = Smoke(
-        _client(args, timeout=HTTP_TIMEOUT_SECONDS),
-        timeout=args.timeout or DEFAULT_TIMEOUT_SECONDS,
-        alarm_seconds=args.alarm_seconds,
-        poll_seconds=args.poll,
-    )
-    if not asyncio.run(run.run()):
+    if not run_smoke(args, _client(args, timeout=HTTP_TIMEOUT_SECONDS)):
         raise CommandFailed("", EXIT_REFUSED)
 
 

@@ -33,7 +33,6 @@ skips all of it: unit tests synthesize with plain source folders and never insta
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -55,22 +54,25 @@ import jsii
 from aws_cdk import aws_lambda as lambda_
 from constructs import IConstruct
 
+# Re-exported (``X as X``): what this module's users import from here.
+from .bytecode import BYTECODE_PYTHON_ENV as BYTECODE_PYTHON_ENV
+from .bytecode import PYTHON_VERSION as PYTHON_VERSION
+from .bytecode import SDK_REQUIREMENTS as SDK_REQUIREMENTS
+from .bytecode import bytecode_python as _bytecode_python
+from .bytecode import check_pins as check_pins
+from .bytecode import compile_tree, find_uv, warn_no_bytecode
+from .bytecode import installed_versions as installed_versions
+
 SKIP_BUNDLING_CONTEXT = "bide:skipBundling"
 SKIP_BUNDLING_ENV = "BIDE_SKIP_BUNDLING"
-#: A CPython 3.12 interpreter used to precompile bytecode (optional; see ``_compile``).
-BYTECODE_PYTHON_ENV = "BIDE_BYTECODE_PYTHON"
 
 # The target of every wheel: Lambda's python3.12 runtime on Graviton.
-PYTHON_VERSION = "3.12"
 PIP_PLATFORM = "manylinux2014_aarch64"
 UV_PLATFORM = "aarch64-manylinux2014"
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
 
 DEFAULT_REQUIREMENTS = ("pydantic>=2.7", "aws-lambda-powertools>=3.0", "boto3>=1.35")
-#: The SDK the layer ships (at the locked version, see the module docstring): named here so it
-#: is there even when a project's own dependency list leaves it to the runtime.
-SDK_REQUIREMENTS = ("boto3", "botocore")
 TRACING_REQUIREMENTS = ("aws-xray-sdk",)
 
 # Bumped when the bundle layout changes, so old cached assets are not reused.
@@ -288,7 +290,7 @@ class CopyBundler:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
         if self.compile_bytecode:
-            _compile(out)
+            compile_tree(out)
         return True
 
 
@@ -326,7 +328,7 @@ class LayerBundler:
         _tidy_install(target)
         check_pins(target, self.constraints)
         if self.compile_bytecode:
-            _compile(target)
+            compile_tree(target)
         print(f"bide: layer installed in {time.monotonic() - started:.1f} s", file=sys.stderr)
         return True
 
@@ -364,10 +366,7 @@ def install_command(
 
 
 def _find_uv() -> str | None:
-    beside = Path(sys.executable).parent / "uv"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("uv")
+    return find_uv()
 
 
 def _tidy_install(target: Path) -> None:
@@ -375,100 +374,6 @@ def _tidy_install(target: Path) -> None:
     # uv leaves a lock file behind.
     shutil.rmtree(target / "bin", ignore_errors=True)
     (target / ".lock").unlink(missing_ok=True)
-
-
-def installed_versions(target: Path) -> dict[str, str]:
-    """Normalized name -> version of every distribution installed in ``target`` (from its
-    ``*.dist-info/METADATA``)."""
-    found: dict[str, str] = {}
-    for metadata in target.glob("*.dist-info/METADATA"):
-        fields = dict(
-            line.split(": ", 1)
-            for line in metadata.read_text(errors="replace").splitlines()[:20]
-            if ": " in line
-        )
-        if "Name" in fields and "Version" in fields:
-            found[_normalize(fields["Name"])] = fields["Version"].strip()
-    return found
-
-
-def check_pins(target: Path, constraints: Sequence[str]) -> None:
-    """Refuse a layer whose installed boto3/botocore (or any pinned distribution it holds)
-    is not at the pinned version: the layer must ship what the tests ran with."""
-    installed = installed_versions(target)
-    wrong = []
-    for pin in constraints:
-        name, _, version = pin.partition("==")
-        have = installed.get(_normalize(name))
-        if have is not None and have != version:
-            wrong.append(f"{name} {have} (pinned {version})")
-    missing = [sdk for sdk in SDK_REQUIREMENTS if sdk not in installed]
-    if wrong or missing:
-        problems = [*wrong, *(f"{name} not installed" for name in missing)]
-        raise RuntimeError(
-            "bide: the layer does not hold the tested dependency versions: "
-            + "; ".join(problems)
-            + ". Check the installer's index or mirror, and requirements.lock.txt"
-        )
-
-
-def _interpreter_candidates() -> list[str]:
-    # The explicit choice, PATH, then pyenv's and uv's own installs (found without a
-    # download: UV_PYTHON_DOWNLOADS=never).
-    found = [os.environ.get(BYTECODE_PYTHON_ENV) or "", shutil.which("python3.12") or ""]
-    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-    found.extend(str(p) for p in sorted(pyenv.glob("versions/3.12*/bin/python3.12"), reverse=True))
-    uv = _find_uv()
-    if uv is not None:
-        done = subprocess.run(
-            [uv, "python", "find", "--no-project", PYTHON_VERSION],
-            capture_output=True,
-            text=True,
-            check=False,
-            env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"),
-        )
-        found.append(done.stdout.strip() if done.returncode == 0 else "")
-    return [f for f in found if f]
-
-
-@functools.cache
-def _bytecode_python() -> str | None:
-    """A CPython 3.12 (same bytecode magic as Lambda's runtime), if this machine has one:
-    ``$BIDE_BYTECODE_PYTHON``, ``python3.12`` on PATH, a pyenv install, or one uv knows."""
-    for candidate in _interpreter_candidates():
-        probe = subprocess.run(
-            [
-                candidate,
-                "-c",
-                "import sys; print(sys.implementation.name, '%d.%d' % sys.version_info[:2])",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if probe.returncode == 0 and probe.stdout.split() == ["cpython", PYTHON_VERSION]:
-            return candidate
-    return None
-
-
-def _compile(root: Path) -> None:
-    # Lambda's code and layer folders are read-only, so without shipped bytecode every cold
-    # start compiles every imported module. "unchecked-hash" .pyc files stay valid whatever
-    # the zip's timestamps are. Without a local 3.12 the bundle ships sources only.
-    python = _bytecode_python()
-    if python is None:
-        return
-    command = [python, "-m", "compileall", "-q", "-j", "0"]
-    subprocess.run([*command, "--invalidation-mode", "unchecked-hash", str(root)], check=True)
-
-
-@functools.cache
-def _warn_no_bytecode() -> None:
-    print(
-        f"bide: no Python {PYTHON_VERSION} found (set {BYTECODE_PYTHON_ENV}); "
-        "bundles ship sources without bytecode (slower cold starts)",
-        file=sys.stderr,
-    )
 
 
 # --- assets ----------------------------------------------------------------------------------
@@ -488,7 +393,7 @@ class Bundling:
         if not self.compile_bytecode:
             return False
         if _bytecode_python() is None:
-            _warn_no_bytecode()
+            warn_no_bytecode()
             return False
         return True
 

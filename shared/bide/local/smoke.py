@@ -21,6 +21,7 @@ time behind 127.0.0.1 (``tests/test_smoke.py``).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import secrets
@@ -40,6 +41,8 @@ __all__ = [
     "Smoke",
     "StepFailed",
     "Transport",
+    "add_smoke_parser",
+    "run_smoke",
 ]
 
 Transport = Callable[[PreparedRequest], Awaitable[ApiResponse]]
@@ -235,3 +238,41 @@ class Smoke:
 
     def _print(self, line: str) -> None:
         print(line, file=self.out, flush=True)
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def _alarm_seconds(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_WAIT_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_WAIT_SECONDS} seconds, not {text!r}")
+    return int(text)
+
+
+def add_smoke_parser(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """``bide smoke`` (``command`` adds a subcommand with the common options)."""
+    smoke = command(
+        "smoke",
+        "check a deployed stack end to end: a session, a webhook, a short alarm "
+        f"(--timeout: how long to wait in all, default {DEFAULT_TIMEOUT_SECONDS:g} s)",
+    )
+    smoke.add_argument(
+        "--alarm-seconds",
+        type=_alarm_seconds,
+        default=DEFAULT_ALARM_SECONDS,
+        help="the alarm step's wait (default %(default)s; Scheduler adds up to ~2 minutes)",
+    )
+    smoke.add_argument(
+        "--poll", type=float, default=DEFAULT_POLL_SECONDS, help="seconds between reads"
+    )
+
+
+def run_smoke(args: argparse.Namespace, client: ApiClient) -> bool:
+    """Run ``bide smoke`` with the parsed ``args``; True when every step passed."""
+    smoke = Smoke(
+        client,
+        timeout=args.timeout or DEFAULT_TIMEOUT_SECONDS,
+        alarm_seconds=args.alarm_seconds,
+        poll_seconds=args.poll,
+    )
+    return asyncio.run(smoke.run())
