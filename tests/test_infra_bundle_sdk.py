@@ -2,8 +2,9 @@
 
 The layer holds boto3/botocore at the version ``requirements.lock.txt`` pins (the version the
 tests ran with), not the Lambda runtime's, and both the layer and the function bundles hold
-``__pycache__/*.cpython-312.pyc`` compiled by a CPython 3.12 (Lambda's code folders are
-read-only: without them every cold start compiles every module it imports). Nothing is
+``__pycache__/*.pyc`` compiled by the bytecode interpreter, which bundling only takes when it
+is a CPython 3.12 (Lambda's code folders are read-only: without bytecode every cold start
+compiles every module it imports). Nothing is
 downloaded: the installer is the stub of ``test_infra_bundling`` (it installs each requested
 SDK name at the version the constraints pin, as an installer honouring them would).
 """
@@ -14,10 +15,10 @@ import os
 
 os.environ["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"] = "20"
 
+import importlib.util
 import json
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import aws_cdk as cdk
 import pytest
 from test_infra_bundling import _STUB_INSTALLER
 
-from bide.cdk import FEATURE_FLAGS, SKIP_BUNDLING_ENV, bundling
+from bide.cdk import FEATURE_FLAGS, SKIP_BUNDLING_ENV, bundling, bytecode
 from infra.bide_stack import BideStack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,29 +37,6 @@ def _locked(name: str) -> str:
     match = re.search(rf"^{name}==([^\s;\\]+)", (ROOT / "requirements.lock.txt").read_text(), re.M)
     assert match, f"{name} is not pinned in requirements.lock.txt"
     return match.group(1)
-
-
-def _python312() -> str:
-    python = bundling._bytecode_python()
-    assert python is not None, (
-        "bundling needs a CPython 3.12 for bytecode: put python3.12 on PATH or set "
-        f"{bundling.BYTECODE_PYTHON_ENV}"
-    )
-    return python
-
-
-def _magic(python: str) -> bytes:
-    done = subprocess.run(
-        [
-            python,
-            "-c",
-            "import importlib.util, sys; sys.stdout.write(importlib.util.MAGIC_NUMBER.hex())",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return bytes.fromhex(done.stdout)
 
 
 def _synth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *skew: str) -> tuple[Any, Path]:
@@ -90,29 +68,54 @@ def _asset(stack: Any, outdir: Path, construct: Any, code_key: str) -> Path:
     return outdir / f"asset.{key.removesuffix('.zip')}"
 
 
-def test_the_layer_ships_the_locked_sdk_and_every_bundle_has_bytecode(tmp_path, monkeypatch):
-    magic = _magic(_python312())
+def test_the_layer_ships_the_locked_sdk(tmp_path, monkeypatch):
+    monkeypatch.setattr(bundling, "_bytecode_python", lambda: None)
     stack, outdir = _synth(tmp_path, monkeypatch)
-    service = stack.service
-    layer = _asset(stack, outdir, service.layer, "Content") / "python"
+    layer = _asset(stack, outdir, stack.service.layer, "Content") / "python"
     for name in ("boto3", "botocore"):
         version = _locked(name)
         assert (layer / f"{name}-{version}.dist-info" / "METADATA").is_file(), name
         assert f"__version__ = {version!r}" in (layer / name / "__init__.py").read_text()
     assert bundling.installed_versions(layer)["botocore"] == _locked("botocore")
-    layer_pyc = list(layer.glob("botocore/__pycache__/__init__.cpython-312.pyc"))
-    assert layer_pyc and layer_pyc[0].read_bytes()[:4] == magic
+    requested = (layer / "REQUESTED.txt").read_text().split()
+    assert {"boto3>=1.35", "botocore"} <= set(requested)
+
+
+def test_every_bundle_gets_bytecode(tmp_path, monkeypatch):
+    # The bytecode interpreter is this one here (its own magic number), so the wiring is
+    # checked whatever Pythons this machine has; finding a 3.12 is checked below.
+    monkeypatch.setattr(bundling, "_bytecode_python", lambda: sys.executable)
+    monkeypatch.setattr(bytecode, "bytecode_python", lambda: sys.executable)
+    tag = sys.implementation.cache_tag
+    magic = importlib.util.MAGIC_NUMBER
+    stack, outdir = _synth(tmp_path, monkeypatch)
+    service = stack.service
+    layer = _asset(stack, outdir, service.layer, "Content") / "python"
+    layer_pyc = layer / "botocore" / "__pycache__" / f"__init__.{tag}.pyc"
+    assert layer_pyc.read_bytes()[:4] == magic
     for fn in service.worker, service.signal_function, service.api_function:
         code = _asset(stack, outdir, fn, "Code")
-        compiled = code / "bide" / "handlers" / "__pycache__" / f"{fn.node.id}.cpython-312.pyc"
+        compiled = code / "bide" / "handlers" / "__pycache__" / f"{fn.node.id}.{tag}.pyc"
         assert compiled.is_file(), compiled
-        # CPython 3.12's magic number, and "unchecked-hash" (flags 0b01): valid whatever
+        # The interpreter's magic number, and "unchecked-hash" (flags 0b01): valid whatever
         # timestamps the zip gives the sources.
         head = compiled.read_bytes()[:8]
         assert head[:4] == magic
         assert int.from_bytes(head[4:8], "little") == 0b01
-        assert (code / "handler.py").is_file()
-        assert list((code / "__pycache__").glob("handler.cpython-312.pyc"))
+        assert (code / "__pycache__" / f"handler.{tag}.pyc").is_file()
+
+
+def test_only_a_cpython_312_compiles_the_bytecode(monkeypatch, tmp_path):
+    # Lambda's runtime reads only its own version's .pyc files: another interpreter is passed over.
+    bytecode.bytecode_python.cache_clear()
+    monkeypatch.setattr(bytecode, "_interpreter_candidates", lambda: [sys.executable])
+    expected = sys.executable if sys.version_info[:2] == (3, 12) else None
+    assert bytecode.bytecode_python() == expected
+    bytecode.bytecode_python.cache_clear()
+    missing = str(tmp_path / "python3.12")
+    monkeypatch.setattr(bytecode, "_interpreter_candidates", lambda: [missing])
+    assert bytecode.bytecode_python() is None
+    bytecode.bytecode_python.cache_clear()
 
 
 def test_a_layer_with_another_sdk_version_is_refused(tmp_path, monkeypatch):

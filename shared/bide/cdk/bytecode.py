@@ -90,18 +90,15 @@ def _interpreter_candidates() -> list[str]:
 def bytecode_python() -> str | None:
     """A CPython 3.12 (same bytecode magic as Lambda's runtime), if this machine has one:
     ``$BIDE_BYTECODE_PYTHON``, ``python3.12`` on PATH, a pyenv install, or one uv knows."""
+    probe = "import sys; print(sys.implementation.name, '%d.%d' % sys.version_info[:2])"
     for candidate in _interpreter_candidates():
-        probe = subprocess.run(
-            [
-                candidate,
-                "-c",
-                "import sys; print(sys.implementation.name, '%d.%d' % sys.version_info[:2])",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if probe.returncode == 0 and probe.stdout.split() == ["cpython", PYTHON_VERSION]:
+        try:
+            found = subprocess.run(
+                [candidate, "-c", probe], capture_output=True, text=True, check=False
+            )
+        except OSError:
+            continue  # not there, or not runnable: the next candidate
+        if found.returncode == 0 and found.stdout.split() == ["cpython", PYTHON_VERSION]:
             return candidate
     return None
 
