@@ -172,6 +172,21 @@ def test_with_schedules_targeting_the_wrong_queue_it_fails_at_the_alarm(monkeypa
     assert any(i.error == "AWS.SimpleQueueService.NonExistentQueue" for i in dead)
 
 
+def test_an_app_whose_model_does_not_call_the_smoke_tool_is_named(monkeypatch):
+    # The example app's model without its smoke turn: it calls run_ci, which parks on the CI's
+    # webhook instead.
+    import examples.agent_app as example
+
+    monkeypatch.delenv("BIDE_MODEL_PROVIDER", raising=False)
+    monkeypatch.setattr(example, "smoke_reply", lambda request: None)
+    with deployed() as bench:
+        passed, output = smoke_on(bench)
+    assert not passed
+    step = "FAIL  3/7 the worker runs the session and mints a webhook: the session parked on "
+    assert step + "another webhook: run_ci (app.ci-result)" in output
+    assert "next: the model did not call bide_smoke" in output
+
+
 def test_an_unsigned_client_is_refused_at_the_first_step(monkeypatch):
     monkeypatch.delenv("BIDE_MODEL_PROVIDER", raising=False)
     with deployed() as bench:

@@ -72,6 +72,12 @@ NEXT = {
     "ScheduleDeadLetters queue and the ScheduleTargetErrorsAlarm",
 }
 
+WRONG_TOOL = (
+    "the model did not call bide_smoke: the deployed app must register bide.service.smoke's "
+    "SMOKE_TOOL and SMOKE_SIGNAL, and its model call the tool on a 'bide smoke' prompt (a "
+    "scripted model: bide.service.smoke.smoke_reply; BIDE_MODEL_PROVIDER=scripted)"
+)
+
 
 class StepFailed(Exception):
     """A smoke step failed: why, and what to check next."""
@@ -142,9 +148,15 @@ class Smoke:
             found = await self._call(
                 "webhook", "GET", path_of("sessions", self.session_id, "hooks")
             )
+            others = []
             for hook in found.body.get("webhooks", []):
                 if hook.get("signal") == SMOKE_SIGNAL_NAME:
                     return str(hook["url"])
+                others.append(f"{hook.get('tool') or 'a task'} ({hook.get('signal')})")
+            if others:
+                raise StepFailed(
+                    f"the session parked on another webhook: {', '.join(others)}", WRONG_TOOL
+                )
             await self._settled_elsewhere("webhook")
             return None
 
@@ -194,9 +206,7 @@ class Smoke:
         if submission is not None and submission.get("status") not in ("queued", "placed"):
             raise StepFailed(
                 f"the session answered without calling bide_smoke: {submission.get('answer')!r}",
-                "the deployed app must register bide.service.smoke's SMOKE_TOOL and "
-                "SMOKE_SIGNAL, and its model call the tool on a 'bide smoke' prompt "
-                "(a scripted model: bide.service.smoke.smoke_reply)",
+                WRONG_TOOL,
             )
 
     async def _submission(self, kind: str) -> dict[str, Any] | None:
