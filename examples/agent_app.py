@@ -26,6 +26,7 @@ from bide.agent import Agent
 from bide.agent.providers import ModelProvider, ModelRequest, ModelResponse, ToolResultMessage
 from bide.agent.providers.scripted import ScriptedProvider, call_tool, reply
 from bide.app import App
+from bide.service.smoke import SMOKE_SIGNAL, SMOKE_TOOL, smoke_reply
 from bide.service.webhooks import mint_webhook
 from bide.tools import Sleep, ToolRegistry, ToolResult, define_tool
 
@@ -88,8 +89,12 @@ def scripted_model(request: ModelRequest) -> ModelResponse:
     """The default model: asks run_ci for "main", then reports what CI said.
 
     It answers from the conversation (not by position in a script), so it gives the same
-    answer to a request sent again after a crash.
+    answer to a request sent again after a crash. A ``bide smoke`` prompt runs the smoke tool
+    instead (:mod:`bide.service.smoke`).
     """
+    smoke = smoke_reply(request)
+    if smoke is not None:
+        return smoke
     last = request.messages[-1] if request.messages else None
     if isinstance(last, ToolResultMessage):
         if last.is_error:
@@ -121,9 +126,10 @@ def model_provider() -> ModelProvider:
 
 def build_app() -> App:
     """The app: the agent, its tools and the signals webhooks may deliver."""
-    tools = ToolRegistry([RUN_CI])
+    # bide_smoke: what `bide smoke --url ...` checks a deployment with (bide.service.smoke).
+    tools = ToolRegistry([RUN_CI, SMOKE_TOOL])
     agent = Agent(model_provider(), tools, system=SYSTEM)
-    return App(signals=[CI_RESULT], tools=tools, agent=agent)
+    return App(signals=[CI_RESULT, SMOKE_SIGNAL], tools=tools, agent=agent)
 
 
 app = build_app()

@@ -31,10 +31,10 @@ def _names(requirements: list[str]) -> set[str]:
     return {bundling._requirement_name(r) for r in requirements}
 
 
-def test_layer_requirements_come_from_pyproject_without_the_runtimes_boto3():
+def test_layer_requirements_come_from_pyproject_with_the_tested_sdk():
     names = _names(bundling.runtime_requirements(ROOT))
-    assert {"pydantic", "aws-lambda-powertools"} <= names
-    assert not names & {"boto3", "botocore"}
+    # boto3/botocore ship in the layer (at the locked version), not taken from the runtime.
+    assert {"pydantic", "aws-lambda-powertools", "boto3", "botocore"} <= names
     traced = bundling.runtime_requirements(ROOT, tracing=True, extra=["httpx>=0.27"])
     assert {"aws-xray-sdk", "httpx"} <= _names(traced)
 
@@ -188,8 +188,13 @@ def test_sources_from_a_checkout_or_an_installed_package(tmp_path, monkeypatch):
         'aws-cdk-lib>=2.150; extra == "cdk"',
     ]
     monkeypatch.setattr(bundling.importlib.metadata, "requires", lambda name: metadata)
-    # Without a checkout: the distribution's dependencies, not its extras, not boto3.
-    assert bundling.runtime_requirements(None) == ["pydantic>=2.7", "aws-lambda-powertools>=3.37"]
+    # Without a checkout: the distribution's dependencies (not its extras) and botocore.
+    assert bundling.runtime_requirements(None) == [
+        "pydantic>=2.7",
+        "boto3>=1.35",
+        "aws-lambda-powertools>=3.37",
+        "botocore",
+    ]
     pins = bundling.installed_constraints(["pydantic>=2.7", "no-such-dist-here>=1"])
     assert pins == [f"pydantic=={bundling.importlib.metadata.version('pydantic')}"]
     assert bundling.lock_constraints(None) == []
@@ -206,13 +211,28 @@ def test_skip_bundling_flag(monkeypatch):
 
 
 _STUB_INSTALLER = """
-import pathlib, shutil, sys
+import pathlib, re, shutil, sys
 target, requirements = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+constraints = pathlib.Path(sys.argv[3]).read_text().split()
+skew = sys.argv[4] if len(sys.argv) > 4 else ""
 (target / "fakedep").mkdir(parents=True)
 (target / "fakedep" / "__init__.py").write_text("")
 (target / "bin").mkdir()
 (target / "bin" / "script").write_text("#!/somewhere/python")
 shutil.copyfile(requirements, target / "REQUESTED.txt")
+# Like an installer honouring the constraints: each requested SDK name at its pinned version
+# (the newest index version, 9.9.9, when unpinned or when skewing that name).
+pins = dict(c.split("==") for c in constraints if "==" in c)
+for line in requirements.read_text().split():
+    name = re.match(r"[A-Za-z0-9_.-]+", line).group(0).lower()
+    if name not in {"boto3", "botocore"}:
+        continue
+    version = "9.9.9" if name == skew else pins.get(name, "9.9.9")
+    (target / name).mkdir()
+    (target / name / "__init__.py").write_text(f"__version__ = {version!r}\\n")
+    info = target / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\\nName: {name}\\nVersion: {version}\\n")
 """
 
 
@@ -226,7 +246,8 @@ def test_synthesis_bundles_functions_and_layer_without_docker(tmp_path, monkeypa
     (examples / "agent_app.py").write_text("app = None\n")
 
     def stub_install(target: Path, requirements: Path, constraints: Path):
-        return [sys.executable, "-c", _STUB_INSTALLER, str(target), str(requirements)], {}
+        args = [str(target), str(requirements), str(constraints)]
+        return [sys.executable, "-c", _STUB_INSTALLER, *args], {}
 
     monkeypatch.setattr(bundling, "install_command", stub_install)
     monkeypatch.setattr(bundling, "_bytecode_python", lambda: None)
@@ -250,7 +271,7 @@ def test_synthesis_bundles_functions_and_layer_without_docker(tmp_path, monkeypa
     assert not (layer / "python" / "bin").exists()  # console scripts carry local paths
     requested = (layer / "python" / "REQUESTED.txt").read_text()
     assert "aws-lambda-powertools" in requested
-    assert "boto3" not in requested
+    assert "boto3" in requested
     seen = set()
     for fn in (service.worker, service.signal_function, service.api_function):
         code = asset_dir(fn, "Code")

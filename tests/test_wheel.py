@@ -158,7 +158,12 @@ STUB = (
     "import pathlib, shutil, sys; t = pathlib.Path(sys.argv[1]); "
     "t.mkdir(parents=True, exist_ok=True); "
     "shutil.copyfile(sys.argv[2], t / 'REQUESTED.txt'); "
-    "shutil.copyfile(sys.argv[3], t / 'CONSTRAINTS.txt')"
+    "shutil.copyfile(sys.argv[3], t / 'CONSTRAINTS.txt'); "
+    # The SDK at its pinned version, as an installer honouring the constraints would.
+    "pins = dict(c.split('==') for c in pathlib.Path(sys.argv[3]).read_text().split()); "
+    "[(t / f'{n}-{pins[n]}.dist-info').mkdir() for n in ('boto3', 'botocore')]; "
+    "[(t / f'{n}-{pins[n]}.dist-info' / 'METADATA').write_text("
+    "f'Name: {n}\\\\nVersion: {pins[n]}\\\\n') for n in ('boto3', 'botocore')]"
 )
 bundling.install_command = lambda target, r, c: (
     [sys.executable, "-c", STUB, str(target), str(r), str(c)], {}
@@ -205,7 +210,12 @@ def test_an_installed_bide_bundles_itself(wheel: Path, tmp_path: Path) -> None:
     layer = Path(found["layer"]) / "python"
     requested = (layer / "REQUESTED.txt").read_text().split()
     assert {"pydantic>=2.7", "aws-lambda-powertools>=3.37"} <= set(requested)
-    assert not any(r.startswith(("boto3", "aws-cdk-lib", "cdk-nag")) for r in requested)
+    assert not any(r.startswith(("aws-cdk-lib", "cdk-nag")) for r in requested)
+    # The SDK ships in the layer, pinned to the versions installed here.
+    assert {"boto3>=1.35", "botocore"} <= set(requested)
+    import botocore
     import pydantic
 
-    assert f"pydantic=={pydantic.VERSION}" in (layer / "CONSTRAINTS.txt").read_text().split()
+    pins = (layer / "CONSTRAINTS.txt").read_text().split()
+    assert f"pydantic=={pydantic.VERSION}" in pins
+    assert f"botocore=={botocore.__version__}" in pins

@@ -3,12 +3,17 @@
 ``bide dev`` runs the local stack. Every other command talks HTTP to a sessions API: the local
 stack (the default, ``http://127.0.0.1:8787``) or a deployed one (``--url https://...``; its
 requests are signed with SigV4 using your AWS credentials). ``bide init DIR`` writes a new
-project (:mod:`bide.scaffold`) and talks to nothing.
+project (:mod:`bide.scaffold`) and talks to nothing. ``bide smoke`` checks a deployed stack
+end to end (:mod:`bide.local.smoke`).
 
 Exit codes: 0 done; 1 the server refused the request (HTTP 4xx/5xx, or an answer saying it
 was not taken: a signal or answer that was not ``delivered``, an approval not ``decided``, a
-submission left ``unanswered``); 2 bad usage; 3 the server could not be reached or the request
-could not be made; 4 ``bide watch`` reached its ``--timeout`` before the session went idle.
+submission left ``unanswered``; a ``bide smoke`` step failed); 2 bad usage; 3 the server
+could not be reached or the request could not be made; 4 ``bide watch`` reached its
+``--timeout`` before the session went idle.
+
+Long because: it is the one table of every command's arguments and handler; commands with
+more than a request or two keep their work in ``bide.local`` (redrive, listing, smoke).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path
 from .local.redrive import RedriveError, add_redrive_parser, run_redrive
 from .local.render import hook_line, not_taken, render_session
 from .local.serve import local_logging, serve_until_signalled
+from .local.smoke import add_smoke_parser, run_smoke
 from .local.stack import LocalStackError
 from .local.watch import WatchRefused, follow
 from .scaffold import ProjectError, create_project
@@ -186,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = command("cancel", "cancel one task (and what it owns)")
     cancel.add_argument("session")
     cancel.add_argument("task")
+    add_smoke_parser(command)
     add_redrive_parser(command)
     listing.add_parser(command)
     host_cli.add_parsers(command)
@@ -425,6 +432,12 @@ def cmd_cancel(args: argparse.Namespace) -> None:
 # --- bide dev -------------------------------------------------------------------------------------
 
 
+def cmd_smoke(args: argparse.Namespace) -> None:
+    """Check a deployed stack end to end (:mod:`bide.local.smoke`); exit 1 on a failed step."""
+    if not run_smoke(args, _client(args, timeout=HTTP_TIMEOUT_SECONDS)):
+        raise CommandFailed("", EXIT_REFUSED)
+
+
 def cmd_dev(args: argparse.Namespace) -> None:
     """Run the local stack until SIGINT/SIGTERM."""
     from .app import load_app
@@ -466,6 +479,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], object]] = {
     "watch": cmd_watch,
     "stop": cmd_stop,
     "cancel": cmd_cancel,
+    "smoke": cmd_smoke,
     "redrive": lambda args: print(run_redrive(args)),  # see bide.local.redrive
     "sessions": lambda args: listing.run(args, _client(args)),
     **host_cli.commands(_client),  # events, deny, resolve, reject, reply

@@ -6,8 +6,18 @@ CDK's ``BundlingOptions(local=...)`` runs these bundlers on the synthesizing mac
   from :mod:`bide.handlers`, the ``bide`` package (less :mod:`bide.cdk` and
   :mod:`bide.scaffold`, which never run in Lambda) + the app's own modules (copied, no
   install);
-* one shared layer = the runtime dependencies, installed for Lambda's platform
-  (``manylinux2014_aarch64``, CPython 3.12) with ``uv pip`` or ``pip`` into ``python/``.
+* one shared layer = the runtime dependencies, boto3 and botocore included, installed for
+  Lambda's platform (``manylinux2014_aarch64``, CPython 3.12) with ``uv pip`` or ``pip`` into
+  ``python/``, then checked against the pins (:func:`check_pins`).
+
+The layer ships its own boto3/botocore, at the version the tests ran with, rather than the
+one the Lambda runtime happens to include: the runtime's copy changes without notice (AWS
+updates it with the runtime; https://docs.aws.amazon.com/lambda/latest/dg/lambda-python.html
+recommends packaging the SDK with the function for full control of the version). A layer's
+``python/`` folder comes before the runtime's own packages on ``sys.path``
+(https://docs.aws.amazon.com/lambda/latest/dg/packaging-layers.html), so the pinned copy is
+the one imported. Both bundles get bytecode compiled by a CPython 3.12 when one is at
+hand (``_bytecode_python``).
 
 Both come from the ``bide`` this module belongs to: in a checkout of the repository
 (``shared/bide`` beside a ``pyproject.toml`` naming the project ``bide``) the layer's
@@ -23,7 +33,6 @@ skips all of it: unit tests synthesize with plain source folders and never insta
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -45,25 +54,29 @@ import jsii
 from aws_cdk import aws_lambda as lambda_
 from constructs import IConstruct
 
+# Re-exported (``X as X``): what this module's users import from here.
+from .bytecode import BYTECODE_PYTHON_ENV as BYTECODE_PYTHON_ENV
+from .bytecode import PYTHON_VERSION as PYTHON_VERSION
+from .bytecode import SDK_REQUIREMENTS as SDK_REQUIREMENTS
+from .bytecode import bytecode_python as _bytecode_python
+from .bytecode import check_pins as check_pins
+from .bytecode import compile_tree, find_uv, warn_no_bytecode
+from .bytecode import installed_versions as installed_versions
+
 SKIP_BUNDLING_CONTEXT = "bide:skipBundling"
 SKIP_BUNDLING_ENV = "BIDE_SKIP_BUNDLING"
-#: A CPython 3.12 interpreter used to precompile bytecode (optional; see ``_compile``).
-BYTECODE_PYTHON_ENV = "BIDE_BYTECODE_PYTHON"
 
 # The target of every wheel: Lambda's python3.12 runtime on Graviton.
-PYTHON_VERSION = "3.12"
 PIP_PLATFORM = "manylinux2014_aarch64"
 UV_PLATFORM = "aarch64-manylinux2014"
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
 
-# The Lambda runtime ships boto3/botocore; bundling our own would only add cold-start weight.
-_RUNTIME_PROVIDED_NAMES = frozenset({"boto3", "botocore"})
-DEFAULT_REQUIREMENTS = ("pydantic>=2.7", "aws-lambda-powertools>=3.0")
+DEFAULT_REQUIREMENTS = ("pydantic>=2.7", "aws-lambda-powertools>=3.0", "boto3>=1.35")
 TRACING_REQUIREMENTS = ("aws-xray-sdk",)
 
 # Bumped when the bundle layout changes, so old cached assets are not reused.
-_BUNDLE_FORMAT = "1"
+_BUNDLE_FORMAT = "2"
 _IGNORED = ("__pycache__", "*.pyc", "*.pyo", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 _PLACEHOLDER_DIR = Path(__file__).resolve().parent / "placeholder"
 # The placeholder folder is a package of bide (so the layering checks see it); the asset is
@@ -134,14 +147,16 @@ def runtime_requirements(
     source_root: Path | None, *, tracing: bool = False, extra: Iterable[str] = ()
 ) -> list[str]:
     """The layer's requirements: the project's runtime dependencies (from ``source_root``'s
-    pyproject.toml, else from the installed distribution's metadata) minus what the Lambda
-    runtime provides, plus the X-Ray SDK when tracing, plus ``extra``."""
+    pyproject.toml, else from the installed distribution's metadata), boto3 and botocore
+    (:data:`SDK_REQUIREMENTS`), the X-Ray SDK when tracing, and ``extra``."""
     declared = _installed_requirements() if source_root is None else list(DEFAULT_REQUIREMENTS)
     pyproject = None if source_root is None else source_root / "pyproject.toml"
     if pyproject is not None and pyproject.is_file():
         project = tomllib.loads(pyproject.read_text()).get("project", {})
         declared = list(project.get("dependencies", declared))
-    wanted = [r for r in declared if _requirement_name(r) not in _RUNTIME_PROVIDED_NAMES]
+    wanted = list(declared)
+    names = {_requirement_name(r) for r in wanted}
+    wanted.extend(sdk for sdk in SDK_REQUIREMENTS if sdk not in names)
     if tracing:
         wanted.extend(TRACING_REQUIREMENTS)
     wanted.extend(extra)
@@ -275,7 +290,7 @@ class CopyBundler:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
         if self.compile_bytecode:
-            _compile(out)
+            compile_tree(out)
         return True
 
 
@@ -311,8 +326,9 @@ class LayerBundler:
                 f"({' '.join(command)}):\n{result.stderr[-4000:]}"
             )
         _tidy_install(target)
+        check_pins(target, self.constraints)
         if self.compile_bytecode:
-            _compile(target)
+            compile_tree(target)
         print(f"bide: layer installed in {time.monotonic() - started:.1f} s", file=sys.stderr)
         return True
 
@@ -350,10 +366,7 @@ def install_command(
 
 
 def _find_uv() -> str | None:
-    beside = Path(sys.executable).parent / "uv"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("uv")
+    return find_uv()
 
 
 def _tidy_install(target: Path) -> None:
@@ -361,42 +374,6 @@ def _tidy_install(target: Path) -> None:
     # uv leaves a lock file behind.
     shutil.rmtree(target / "bin", ignore_errors=True)
     (target / ".lock").unlink(missing_ok=True)
-
-
-@functools.cache
-def _bytecode_python() -> str | None:
-    """A CPython 3.12 (same bytecode magic as Lambda's runtime), if this machine has one."""
-    candidates = [os.environ.get(BYTECODE_PYTHON_ENV), shutil.which("python3.12")]
-    for candidate in filter(None, candidates):
-        probe = subprocess.run(
-            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if probe.returncode == 0 and probe.stdout.strip() == PYTHON_VERSION:
-            return candidate
-    return None
-
-
-def _compile(root: Path) -> None:
-    # Lambda's code and layer folders are read-only, so without shipped bytecode every cold
-    # start compiles every imported module. "unchecked-hash" .pyc files stay valid whatever
-    # the zip's timestamps are. Without a local 3.12 the bundle ships sources only.
-    python = _bytecode_python()
-    if python is None:
-        return
-    command = [python, "-m", "compileall", "-q", "-j", "0"]
-    subprocess.run([*command, "--invalidation-mode", "unchecked-hash", str(root)], check=True)
-
-
-@functools.cache
-def _warn_no_bytecode() -> None:
-    print(
-        f"bide: no Python {PYTHON_VERSION} found (set {BYTECODE_PYTHON_ENV}); "
-        "bundles ship sources without bytecode (slower cold starts)",
-        file=sys.stderr,
-    )
 
 
 # --- assets ----------------------------------------------------------------------------------
@@ -416,7 +393,7 @@ class Bundling:
         if not self.compile_bytecode:
             return False
         if _bytecode_python() is None:
-            _warn_no_bytecode()
+            warn_no_bytecode()
             return False
         return True
 

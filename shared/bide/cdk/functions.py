@@ -10,6 +10,7 @@ a change of how this code is laid out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from .bundling import (
     lock_constraints,
     runtime_requirements,
 )
+from .nag import acknowledge_models
 from .storage import Storage
 from .wake import SCHEDULER_PRINCIPAL, WakePath
 
@@ -64,6 +66,15 @@ SCHEDULE_ACTIONS = (
     "scheduler:DeleteSchedule",
 )
 KEY_ACTIONS = ("secretsmanager:GetSecretValue",)
+# Bedrock's Converse and ConverseStream are authorised as InvokeModel and
+# InvokeModelWithResponseStream on the model (or inference profile) resource
+# (https://docs.aws.amazon.com/bedrock/latest/userguide/inference-prereq.html). Only the
+# worker runs the agent; only with ``model_access`` set, and only on those models.
+MODEL_ACTIONS = ("bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream")
+# Cross-region inference profile ids start with a geography
+# (https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-support.html).
+_PROFILE_PREFIXES = ("us.", "us-gov.", "eu.", "apac.", "jp.", "au.", "ca.", "global.")
+_MODEL_ID = re.compile(r"[a-z0-9][a-z0-9.:_-]{2,199}")
 #: resource -> actions, for each function (``index`` is the table's live index).
 FUNCTION_GRANTS: dict[str, dict[str, tuple[str, ...]]] = {
     c.FUNCTION_WORKER: {
@@ -121,8 +132,10 @@ class Functions:
         log_retention: logs.RetentionDays,
         worker_max_concurrency: int = c.DEFAULT_WORKER_MAX_CONCURRENCY,
         reserved_concurrency: Mapping[str, int] | None = None,
+        model_access: Sequence[str] = (),
     ) -> None:
         self._scope = scope
+        self._model_arns = model_arns(model_access)
         self._worker_max_concurrency = worker_max_concurrency
         reserved = dict(reserved_concurrency or {})
         self._tracing = tracing
@@ -141,7 +154,7 @@ class Functions:
             code=bundling.layer_code(requirements, constraints),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
-            description="bide runtime dependencies (pydantic, Powertools) for python3.12 arm64",
+            description="bide dependencies (pydantic, Powertools, boto3), python3.12 arm64",
         )
         package_dir = PACKAGE_DIR if source_root is None else source_root / "shared" / "bide"
 
@@ -265,6 +278,12 @@ class Functions:
     def _grant_worker(self) -> None:
         worker, wake = self.worker, self._wake
         self._grant(c.FUNCTION_WORKER, worker)
+        if self._model_arns:
+            worker.add_to_role_policy(
+                iam.PolicyStatement(actions=list(MODEL_ACTIONS), resources=self._model_arns)
+            )
+            assert worker.role is not None
+            acknowledge_models(worker.role, self._model_arns)
         # Consuming: the event source grants receive/delete/change-visibility on this queue
         # (the worker shortens a failed wake's visibility with ChangeMessageVisibility).
         worker.add_event_source(
@@ -284,3 +303,38 @@ class Functions:
                 conditions={"StringEquals": {"iam:PassedToService": SCHEDULER_PRINCIPAL}},
             )
         )
+
+
+def model_arns(models: Sequence[str]) -> list[str]:
+    """The resources ``model_access`` grants :data:`MODEL_ACTIONS` on. A full ARN is taken as
+    given (a foundation model, an inference profile, a provisioned model...). A foundation
+    model id (``anthropic.claude-3-5-haiku-20241022-v1:0``) becomes that model in the stack's
+    region. A cross-region inference profile id (``us.anthropic...``) becomes the profile in
+    the stack's account and region and the model it routes to in any region (a profile sends
+    a request to another region's model, and IAM checks that model there too:
+    https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-prereq.html).
+    Anything else is refused, naming it."""
+    arns: list[str] = []
+    for model in models:
+        if not isinstance(model, str) or model != model.strip() or not model:
+            raise ValueError(f"model_access: {model!r} is not a Bedrock model id or ARN")
+        if model.startswith("arn:"):
+            if not re.fullmatch(r"arn:aws[a-z-]*:bedrock:[a-z0-9-]*:\d{0,12}:[a-z-]+/\S+", model):
+                raise ValueError(f"model_access: {model!r} is not a Bedrock ARN")
+            found = [model]
+        elif not _MODEL_ID.fullmatch(model):
+            raise ValueError(
+                f"model_access: {model!r} is not a Bedrock model id (like "
+                "'anthropic.claude-3-5-haiku-20241022-v1:0') or ARN"
+            )
+        elif model.startswith(_PROFILE_PREFIXES):
+            base = model.split(".", 1)[1]
+            found = [
+                f"arn:{cdk.Aws.PARTITION}:bedrock:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}"
+                f":inference-profile/{model}",
+                f"arn:{cdk.Aws.PARTITION}:bedrock:*::foundation-model/{base}",
+            ]
+        else:
+            found = [f"arn:{cdk.Aws.PARTITION}:bedrock:{cdk.Aws.REGION}::foundation-model/{model}"]
+        arns.extend(a for a in found if a not in arns)
+    return arns

@@ -81,10 +81,14 @@ def _ref(construct: IConstruct) -> str:
 def acknowledge_service(service: BideService) -> None:
     """The AwsSolutions findings a BideService leaves, and why each is intended."""
     bucket_objects = f"AwsSolutions-IAM5[Resource::<{_ref(service.bucket)}.Arn>/*]"
-    group_id = cdk.Stack.of(service).get_logical_id(service.schedule_group)
+    stack = cdk.Stack.of(service)
+    group_id = stack.get_logical_id(service.schedule_group)
+    # A stack with an explicit environment has its region and account in the ARN as text.
+    region = "<AWS::Region>" if cdk.Token.is_unresolved(stack.region) else stack.region
+    account = "<AWS::AccountId>" if cdk.Token.is_unresolved(stack.account) else stack.account
     schedules = (
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:"
-        f"<AWS::AccountId>:schedule/<{group_id}>/*]"
+        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:{region}:"
+        f"{account}:schedule/<{group_id}>/*]"
     )
     for fn in (service.worker, service.signal_function, service.api_function):
         acknowledge(fn, "AwsSolutions-L1", RUNTIME_REASON)
@@ -97,3 +101,22 @@ def acknowledge_service(service: BideService) -> None:
     acknowledge(service.webhook_route, "AwsSolutions-APIG4", WEBHOOK_REASON)
     acknowledge(service.schedule_dead_letter_queue, "AwsSolutions-SQS3", SCHEDULE_DLQ_REASON)
     acknowledge(service.webhook_key, "AwsSolutions-SMG4", WEBHOOK_KEY_REASON)
+
+
+MODELS_REASON = (
+    "A cross-region inference profile (model_access) sends each request to its foundation "
+    "model in some region of its geography, and IAM checks that model in that region; the "
+    "grant names that one model in every region (the profile itself only in this one)."
+)
+
+
+def acknowledge_models(role: IConstruct, resources: list[str]) -> None:
+    """The any-region foundation model of each inference profile in ``model_access``."""
+    for arn in resources:
+        if ":bedrock:*::foundation-model/" in arn:
+            model = arn.rsplit("/", 1)[1]
+            finding = (
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:bedrock:*::"
+                f"foundation-model/{model}]"
+            )
+            acknowledge(role, finding, MODELS_REASON)

@@ -102,6 +102,9 @@ class BideService(Construct):
     unauthenticated ``POST /hooks/{token}`` route on its own (lower by default), so a flood of
     webhook requests cannot use up the sessions API's budget. The key webhook tokens are
     derived under is a Secrets Manager secret made here (``webhook_key``).
+
+    ``model_access`` lists the Bedrock models (ids, inference profile ids or ARNs) the worker
+    may invoke (Converse, ConverseStream); default none: the worker gets no Bedrock permission.
     """
 
     def __init__(
@@ -132,6 +135,7 @@ class BideService(Construct):
         reserved_concurrency: Mapping[str, int] | None = None,
         value_expiration: cdk.Duration | None = None,
         session_retention: cdk.Duration | None = DEFAULT_SESSION_RETENTION,
+        model_access: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         _check_limits(worker_max_concurrency, reserved_concurrency)
@@ -240,6 +244,7 @@ class BideService(Construct):
             log_retention=log_retention,
             worker_max_concurrency=worker_max_concurrency,
             reserved_concurrency=reserved_concurrency,
+            model_access=model_access,
         )
         self.layer = functions.layer
         self.worker = functions.worker

@@ -157,7 +157,10 @@ class ApiClient:
     def request(self, method: str, path: str, body: Any = None) -> ApiResponse:
         """Send a request; any HTTP status comes back as an :class:`ApiResponse`. Raises
         :class:`Unreachable` when nothing answers."""
-        prepared = self.prepare(method, path, body)
+        return self.send(self.prepare(method, path, body))
+
+    def send(self, prepared: PreparedRequest) -> ApiResponse:
+        """Send a prepared request (this client's timeout; no proxy for loopback)."""
         req = urllib.request.Request(
             prepared.url, data=prepared.body, headers=prepared.headers, method=prepared.method
         )
