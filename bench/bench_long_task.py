@@ -65,7 +65,7 @@ from bide.engine.state import Sleeping
 from bide.engine.store import Doc, SessionSnapshot, Store, StoreWrapper
 
 HISTORY = (10, 1_000, 10_000)
-TRIALS = 11  # timed rounds per history length and store
+TRIALS = 21  # timed rounds per history length and store
 WARMUP = 3  # rounds of each length run first and not kept (DynamoDB Local's JVM warms up)
 CHECK_N = 60  # the history built both ways to show the direct build is a real loop's state
 REGION = "us-east-1"
