@@ -352,3 +352,36 @@ def test_a_tool_call_that_parks_again_and_again_stays_flat_too():
 
     small, large = run(go(10)), run(go(500))
     assert large - small < 10, (small, large)
+
+
+def test_a_key_too_long_for_a_document_key_moves_under_its_hash():
+    long_key = "k" * 1_500  # the slot name alone is past the store's 1,022-byte document key
+
+    async def phase(task: TaskView, rt: TaskRuntime) -> None:
+        if task.wake is None:
+            await rt.commit(Sleeping(checkpoint="woke", signals=(ANSWER.key(long_key),)))
+            return
+        state = await rt.read_signal(ANSWER, long_key)
+        again = None
+        try:
+            await rt.commit(Sleeping(checkpoint="woke", signals=(ANSWER.key(long_key),)))
+        except InvalidPark as refused:
+            again = "one key serves one wait" in str(refused)
+        await rt.commit(Terminal(outcome=Completed(result=[state.value.text, again])))
+
+    kind = define_task("test.long", 1, lambda _: "sleep", {"sleep": phase, "woke": phase})
+
+    async def go() -> None:
+        k = Kit(kind)
+        await k.h.open()
+        t = await k.h.create_task(kind)
+        await k.h.run_until_parked()
+        assert await k.h.signal(t, ANSWER, long_key, {"text": "v"}) == D
+        await k.reopen()
+        await k.h.run_until_parked()
+        assert k.h.outcome(t).result == ["v", True]
+        name = ANSWER.key(long_key).slot
+        key = slots.doc_key(t, name)
+        assert len(key.encode()) < 200 and k.store.get_doc("s1", key).body["slot"] == name
+
+    run(go())
