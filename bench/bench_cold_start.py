@@ -1,48 +1,125 @@
-"""Cold-start import time of each Lambda handler, as a ratio to ``import boto3`` alone.
+"""Cold start of each Lambda handler, with bytecode as deployed, as a ratio to boto3 alone.
 
-Each trial is a fresh Python process (``-S``-free, the venv's interpreter) that puts the
-handler's folder and ``shared/`` on ``sys.path`` as the Lambda bundle does, then times one
-``import handler`` with ``time.perf_counter`` inside the process (interpreter start-up is
-not included, and is shown separately). The baseline is ``import boto3`` timed the same way,
-in the same run. Trials of all targets alternate; the median of each is reported.
+What a cold start pays before its first AWS call is the handler's import plus the creation of
+its first client (every handler's first call reads the session table: a DynamoDB client).
+The baseline is the floor any Python function using the SDK pays: ``import boto3`` and
+``boto3.client("dynamodb")``. Both are timed in the same run, the same way. A third mark adds
+the rest of the first call's setup, its AWS calls aside: the settings, the app named by
+``BIDE_APP`` (a one-line ``App()``) and, for the HTTP functions, the resolver.
 
-The environment has fake credentials and no network: importing a handler must not create a
-client or call AWS (the handlers build their clients on first use). Because of that the
-first invocation imports boto3 later; "worker handler, then boto3" shows the sum a cold
-worker pays by its first AWS call.
+As deployed: the bench copies the bundle layout into a scratch folder and compiles it the way
+:mod:`bide.cdk.bundling` does (``compileall --invalidation-mode unchecked-hash``):
 
-Run from the repository root:  PYTHONPATH=shared python bench/bench_cold_start.py
+* ``fn/<name>/handler.py``: the function's entry module (``functions/<name>/handler.py``);
+* ``code/``: the ``bide`` package, less ``cdk`` and ``scaffold`` (not bundled), and the app;
+* ``layer/``: every installed package the probes import (pydantic, Powertools, ...) with
+  its ``.dist-info``, and boto3/botocore, which Lambda's runtime provides.
+
+Each trial is a fresh interpreter (``-I -S -B``: no site-packages, no environment paths, no
+bytecode written) whose ``sys.path`` is the standard library (with its own bytecode), then
+the function's folder, ``code/`` and ``layer/``, as Lambda's is. Inside the process the probe
+reads ``time.process_time`` (CPU) and ``time.perf_counter`` (wall) at each mark, so
+interpreter start-up is excluded (shown separately). CPU time is the figure to compare: on a
+shared machine the wall time mostly measures waiting for a core. Targets alternate; the
+median of each is reported. Fake credentials and a 127.0.0.1 endpoint: creating a client
+sends nothing, and nothing else is called.
+
+Run from the repository root:  PYTHONPATH=shared python bench/bench_cold_start.py [trials]
 """
 
 from __future__ import annotations
 
+import compileall
+import importlib.metadata
+import importlib.util
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = ("worker", "signal", "api")
-TRIALS = 9
+FIRST_CLIENT = "dynamodb"  # the first client each handler creates: all read the session first
+NOT_BUNDLED = ("cdk", "scaffold")  # bide.cdk.bundling.NOT_BUNDLED (not imported: needs aws_cdk)
+TRIALS = 15
 TIMEOUT_S = 60.0
+BASELINE = "boto3"
 
-# Runs inside the fresh process: argv[1] is what to import (comma-separated, in order), the
-# rest go on sys.path first.
+# Runs inside the fresh process. argv: target ("boto3" or a function's name), the service
+# of the first client, then the folders to put after the standard library. Prints, for each
+# mark (imported, client created, first call's setup done), the wall and CPU seconds since
+# the start.
 PROBE = """
-import sys, time
-sys.path[:0] = sys.argv[2:]
-began = time.perf_counter()
-for name in sys.argv[1].split(","):
-    __import__(name)
-print(time.perf_counter() - began)
+import json, sys, time
+target, service = sys.argv[1], sys.argv[2]
+sys.path.extend(sys.argv[3:])
+marks = []
+def mark():
+    marks.append((time.perf_counter() - began, time.process_time() - cpu))
+began, cpu = time.perf_counter(), time.process_time()
+if target == "boto3":
+    import boto3
+    mark()
+    boto3.client(service)
+    mark()
+else:
+    import handler
+    mark()
+    from bide.service.config import LazyClient
+    LazyClient(service, sdk_retries=False).client  # what the handler's first call creates
+    mark()
+    # The rest of the first call's setup, its AWS calls aside: settings and the app
+    # (handler.configured()) and, for an HTTP function, its resolver.
+    deps = __import__("bide.handlers." + target, fromlist=["configured"]).configured()
+    if target != "worker":
+        from bide.service import http
+        http._resolver_for(deps, http.SIGNAL if target == "signal" else http.API)
+    mark()
+print(json.dumps([marks, len(sys.modules)]))
+"""
+
+# The app the functions load on their first call (BIDE_APP): the smallest a deployment has.
+BENCH_APP = """from bide import App
+
+app = App()
+"""
+
+# Lists the installed top-level packages the probes import (run once, with site-packages; what
+# the site module itself imported is left out, as Lambda has no such site-packages).
+CLOSURE = """
+import sys
+sys.path[:0] = sys.argv[1:]
+before = set(sys.modules)
+import boto3
+boto3.client(%r)
+for folder in %r:
+    sys.modules.pop("handler", None)
+    sys.path.insert(0, folder)
+    import handler
+    sys.path.pop(0)
+from bide.handlers import api, signal, worker
+from bide.service import http
+from bide.service.config import LazyClient
+worker.configured()
+http._resolver_for(signal.configured(), http.SIGNAL)
+http._resolver_for(api.configured(), http.API)
+site = [p for p in sys.path if p.endswith("site-packages")]
+tops = set()
+for name, mod in list(sys.modules.items()):
+    where = getattr(mod, "__file__", None) or ""
+    if name not in before and any(where.startswith(p) for p in site):
+        tops.add(name.split(".")[0])
+print("\\n".join(sorted(tops)))
 """
 
 
 def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")}
-    env.pop("PYTHONPATH", None)  # each probe sets its own path, as a Lambda bundle does
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYTHON"))}
     env.update(
         {
             "AWS_ACCESS_KEY_ID": "testing",
@@ -53,77 +130,176 @@ def environment() -> dict[str, str]:
             "AWS_EC2_METADATA_DISABLED": "true",
             "AWS_CONFIG_FILE": os.devnull,
             "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-            "PYTHONDONTWRITEBYTECODE": "1",  # leave the tree clean; .pyc files already cached
+            # Never a real endpoint (creating a client sends nothing anyway).
+            "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+            # What a function's configuration holds (read on its first call).
+            "BIDE_APP": "bench_app:app",
+            "BIDE_TABLE": "bench-sessions",
+            "BIDE_BUCKET": "bench-values",
+            "BIDE_WAKE_QUEUE_URL": "http://127.0.0.1:9/000000000000/bench-wakes.fifo",
+            "BIDE_WAKE_QUEUE_ARN": "arn:aws:sqs:us-east-1:000000000000:bench-wakes.fifo",
+            "BIDE_SCHEDULE_GROUP": "bench-alarms",
+            "BIDE_SCHEDULER_ROLE_ARN": "arn:aws:iam::000000000000:role/bench-scheduler",
+            "BIDE_WEBHOOK_KEY_SECRET": "bench-webhook-key",
         }
     )
     return env
 
 
-def targets() -> dict[str, tuple[str, list[str]]]:
-    """Label -> (module to import, folders to put on sys.path)."""
-    out = {"import boto3 (baseline)": ("boto3", [])}
-    for name in HANDLERS:
-        folder = ROOT / "functions" / name
-        if not (folder / "handler.py").is_file():
-            raise SystemExit(f"functions/{name}/handler.py is missing")
-        out[f"functions/{name}/handler.py"] = ("handler", [str(folder), str(ROOT / "shared")])
-    # The handlers create their clients on first use: the first invocation then imports boto3.
-    worker = [str(ROOT / "functions" / "worker"), str(ROOT / "shared")]
-    out["worker handler, then boto3"] = ("handler,boto3", worker)
-    return out
-
-
-def probe(module: str, path: list[str], env: dict[str, str]) -> float:
+def installed_closure(scratch: Path, env: dict[str, str]) -> list[str]:
+    """Top-level installed packages imported by boto3, its client and every handler."""
+    folders = [str(scratch / "fn" / name) for name in HANDLERS]
+    script = CLOSURE % (FIRST_CLIENT, folders)
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, module, *path],
+        [sys.executable, "-c", script, str(scratch / "code")],
         env=env,
-        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
         check=False,
     )
     if done.returncode != 0:
-        raise SystemExit(f"importing {module} from {path} failed:\n{done.stderr}")
-    return float(done.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"listing the imported packages failed:\n{done.stderr}")
+    return done.stdout.split()
+
+
+def build_bundle(scratch: Path, env: dict[str, str]) -> None:
+    """The deployed layout under ``scratch``, compiled as :mod:`bide.cdk.bundling` does."""
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo")
+    for name in HANDLERS:
+        entry = ROOT / "functions" / name / "handler.py"
+        if not entry.is_file():
+            raise SystemExit(f"functions/{name}/handler.py is missing")
+        (scratch / "fn" / name).mkdir(parents=True)
+        shutil.copy2(entry, scratch / "fn" / name / "handler.py")
+    (scratch / "code").mkdir()
+    (scratch / "code" / "bench_app.py").write_text(BENCH_APP)
+    package = ROOT / "shared" / "bide"
+    for child in package.iterdir():
+        if child.name in NOT_BUNDLED or child.name == "__pycache__":
+            continue
+        target = scratch / "code" / "bide" / child.name
+        if child.is_dir():
+            shutil.copytree(child, target, ignore=skip)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(child, target)
+    layer = scratch / "layer"
+    layer.mkdir()
+    owners = importlib.metadata.packages_distributions()
+    copied: set[str] = set()
+    for top in installed_closure(scratch, env):
+        found = importlib.util.find_spec(top)
+        if found is None or found.origin is None:
+            raise SystemExit(f"cannot find the installed package {top}")
+        origin = Path(found.origin)
+        if origin.name == "__init__.py":
+            shutil.copytree(origin.parent, layer / top, ignore=skip)
+        else:
+            shutil.copy2(origin, layer / origin.name)
+        for dist_name in owners.get(top, []):
+            if dist_name in copied:
+                continue
+            copied.add(dist_name)
+            dist = importlib.metadata.distribution(dist_name)
+            info = Path(str(dist.locate_file(""))) / next(
+                f.parts[0] for f in dist.files or [] if f.parts[0].endswith(".dist-info")
+            )
+            shutil.copytree(info, layer / info.name)
+    ok = compileall.compile_dir(
+        scratch,
+        quiet=1,
+        workers=0,
+        invalidation_mode=compileall.py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
+    if not ok:
+        raise SystemExit("compiling the scratch bundle failed")
+
+
+Marks = list[tuple[float, float]]  # (wall s, CPU s) since the start, per mark
+
+
+def probe(target: str, path: list[str], env: dict[str, str]) -> tuple[Marks, int]:
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", PROBE, target, FIRST_CLIENT, *path],
+        env=env,
+        cwd=path[-1],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"probing {target} with {path} failed:\n{done.stderr}")
+    marks, modules = json.loads(done.stdout.strip().splitlines()[-1])
+    return [tuple(m) for m in marks], modules
 
 
 def interpreter_start(env: dict[str, str]) -> float:
     began = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], env=env, check=True, timeout=TIMEOUT_S)
+    subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", "pass"], env=env, check=True, timeout=TIMEOUT_S
+    )
     return time.perf_counter() - began
 
 
 def main() -> None:
     began = time.perf_counter()
+    trials = int(sys.argv[1]) if len(sys.argv) > 1 else TRIALS
     env = environment()
-    found = targets()
-    for module, path in found.values():  # warm the OS file cache and the .pyc files
-        probe(module, path, env)
-    times: dict[str, list[float]] = {label: [] for label in found}
-    starts = []
-    for trial in range(TRIALS):
-        order = list(found.items())
-        if trial % 2:
-            order.reverse()
-        for label, (module, path) in order:
-            times[label].append(probe(module, path, env))
-        starts.append(interpreter_start(env))
-    medians = {label: statistics.median(t) * 1000 for label, t in times.items()}
-    base = medians["import boto3 (baseline)"]
-    print("Cold-start import time of each handler in a fresh process (fake credentials, no")
-    print(f"network), median of {TRIALS} trials, as a ratio to `import boto3` in the same run.")
-    print()
-    print(f"    {'import':<30}{'median ms':>10}{'min ms':>9}{'max ms':>9}{'/ boto3':>9}")
-    for label, t in times.items():
-        ms = [x * 1000 for x in t]
-        ratio = medians[label] / base
-        print(f"    {label:<30}{medians[label]:>10.1f}{min(ms):>9.1f}{max(ms):>9.1f}{ratio:>9.2f}")
-    print()
-    start_ms = statistics.median(starts) * 1000
-    print(f"    interpreter start-up alone (python -c pass): {start_ms:.1f} ms")
-    print(f"    Python {sys.version.split()[0]}, {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory(prefix="bide-cold-") as tmp:
+        scratch = Path(tmp)
+        build_bundle(scratch, env)
+        code, layer = str(scratch / "code"), str(scratch / "layer")
+        found = {BASELINE: (BASELINE, [layer])}
+        for name in HANDLERS:
+            found[name] = (name, [str(scratch / "fn" / name), code, layer])
+        for target, path in found.values():  # warm the OS file cache
+            probe(target, path, env)
+        runs: dict[str, list[tuple[Marks, int]]] = {label: [] for label in found}
+        starts = []
+        for trial in range(trials):
+            order = list(found.items())
+            if trial % 2:
+                order.reverse()
+            for label, (target, path) in order:
+                runs[label].append(probe(target, path, env))
+            starts.append(interpreter_start(env))
+    report(runs, starts, trials)
     print(f"\ntotal {time.perf_counter() - began:.1f} s")
+
+
+def report(runs: dict[str, list[tuple[Marks, int]]], starts: list[float], trials: int) -> None:
+    def median_ms(label: str, at: int, clock: int) -> float:
+        return statistics.median(run[0][at][clock] for run in runs[label]) * 1000
+
+    wall_base, cpu_base = median_ms(BASELINE, 1, 0), median_ms(BASELINE, 1, 1)
+    print("Cold start with bytecode as deployed (compileall, unchecked-hash), a fresh process")
+    print(f"per trial, median of {trials}, in ms of CPU time (wall time in brackets):")
+    print("  import:  the handler module (boto3 for the baseline)")
+    print(f"  +client: then its first client, {FIRST_CLIENT} (the goal: <= 1.3x the baseline)")
+    print("  +setup:  then the rest of its first call's setup but the AWS calls: settings, a")
+    print("           one-line app (BIDE_APP), the HTTP functions' resolver")
+    print()
+    head = f"    {'target':<18}{'import':>16}{'+client':>16}{'ratio':>12}{'+setup':>16}"
+    print(f"{head}{'ratio':>12}{'modules':>9}")
+    for label, run in runs.items():
+        cells = ["-"] * 5
+        for at in range(len(run[0][0])):
+            cells[2 * at - (at > 0)] = (
+                f"{median_ms(label, at, 1):.0f} ({median_ms(label, at, 0):.0f})"
+            )
+            if at >= 1:
+                cpu = median_ms(label, at, 1) / cpu_base
+                wall = median_ms(label, at, 0) / wall_base
+                cells[2 * at] = f"{cpu:.2f} ({wall:.2f})"
+        name = "boto3 (baseline)" if label == BASELINE else f"functions/{label}"
+        widths = (16, 16, 12, 16, 12)
+        line = "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+        print(f"    {name:<18}{line}{run[0][1]:>9}")
+    print()
+    print(f"    interpreter start-up alone: {statistics.median(starts) * 1000:.1f} ms (wall)")
+    print(f"    Python {sys.version.split()[0]}, {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

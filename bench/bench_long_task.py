@@ -103,6 +103,11 @@ class Counting(StoreWrapper):
         self.read += 0 if record is None else len(record.to_json().encode())
         return record
 
+    def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
+        seq, record = self.inner.task_at_head(session_id, task_id)
+        self.read += 0 if record is None else len(record.to_json().encode())
+        return seq, record
+
     def get_doc(self, session_id: str, key: str) -> Doc | None:
         doc = self.inner.get_doc(session_id, key)
         self.read += 0 if doc is None else _doc_bytes(doc)

@@ -260,3 +260,74 @@ def test_a_finished_result_is_not_rerun_when_a_sibling_is_retried():
         assert sorted(results) == ["one", "two"]
 
     run(go())
+
+
+def two_family_output():
+    """One variant name, ``output``, presented to two families with their own renderers;
+    the anthropic presentation comes first."""
+
+    async def execute(args: Proc, api):
+        return f"output of {args.pid}"
+
+    tool = define_tool("env.output", "Read output", Proc, execute)
+    return Operation(
+        "env.output",
+        tool,
+        (
+            Presentation(
+                "BashOutput",
+                "Read a shell's output",
+                ProcClaude,
+                families=frozenset({"anthropic"}),
+                variant="output",
+                adapt_arguments=lambda a: {"pid": a["shell_id"]},
+                render_result=lambda text, err: f"<output>{text}</output>",
+            ),
+            Presentation(
+                "read_output",
+                "Read a process's output",
+                Proc,
+                families=frozenset({"generic"}),
+                variant="output",
+                render_result=lambda text, err: f"[output] {text}",
+            ),
+        ),
+    )
+
+
+def test_a_result_is_rendered_by_the_requesting_familys_presentation():
+    admission = Admission([two_family_output()])
+    assert admission.render("env.output", "output", "x", False, family="generic") == "[output] x"
+    assert (
+        admission.render("env.output", "output", "x", False, family="anthropic")
+        == "<output>x</output>"
+    )
+    # A family with no presentation of that variant gets the plain text.
+    assert admission.render("env.output", "output", "x", False, family="other") == "x"
+
+
+def test_the_model_sees_its_own_familys_rendering_of_a_result():
+    async def go():
+        seen: list[ModelRequest] = []
+
+        def script(request: ModelRequest):
+            seen.append(request)
+            if request.messages[-1].role == "user":
+                return call_tools([("read_output", {"pid": 3}, "c1")])
+            return reply("done")
+
+        agent = Agent(
+            ScriptedProvider(script),
+            admission=Admission([two_family_output()]),
+            model_family="generic",
+        )
+        k = Kit(*agent.task_kinds())
+        conv = Conversations(k.h, agent)
+        await k.h.open()
+        await conv.create("c")
+        await conv.submit("c", "read it", request_id="r1")
+        await k.h.run_until_parked()
+        [tool_message] = [m for m in seen[-1].messages if m.role == "tool"]
+        assert tool_message.text == "[output] output of 3"
+
+    run(go())

@@ -1,5 +1,5 @@
-"""Crash sweep over examples 40-46: the process dies at every store write, before and after
-the write took effect, and the scenario continues in a new process on the same store.
+"""Crash sweep over the examples in SWEPT: the process dies at every store write, before and
+after the write took effect, and the scenario continues in a new process on the same store.
 
 After recovery: the example's own checks hold (external effects exactly once, replay-unsafe
 work never twice), every task reached its terminal state at most once and was never written
@@ -40,6 +40,7 @@ SWEPT = [
     "56_remind_me_later",
     "57_remind_with_progress",
     "58_devbox_background",
+    "60_steer_interrupts_parked_tool",
 ]
 
 

@@ -191,6 +191,14 @@ KEY_LINES: dict[str, list[str]] = {
         "sandboxes stopped: ['box-2']",
         "task index: 'Fix the login page' cancelled",
     ],
+    "60_steer_interrupts_parked_tool.py": [
+        "** the process died",
+        "cancel stopped ['build-7']; builds: ['build-7', 'build-8']",
+        "the follow-up is queued",
+        "tool_result: interrupted by a steer",
+        "submissions: {'r1': 'done', 'r2': 'done', 'r3': 'done'}",
+        "ok: the steer cancelled the parked call and was answered next; the follow-up waited",
+    ],
     "59_testing_with_bide_testing.py": [
         "ok: ManualClock: the question expired after four hours",
         "ok: FaultyStore: the process died after the park; the answer still arrived",

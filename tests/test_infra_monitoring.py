@@ -160,6 +160,35 @@ def _crashing_requests(monkeypatch) -> None:
         assert response["statusCode"] == 500
 
 
+def _nondeterministic_workflow() -> None:
+    """A workflow run whose body changed while it was parked, with the sink the services
+    wire (bide.service.deps): it reports the run as non-deterministic."""
+    from kit import HOUR, run
+    from test_workflow_support import Note, Tools
+
+    from bide.workflow import define_workflow_tool
+    from bide.workflow.nondeterminism import NONDETERMINISM_SINK
+
+    version = {"hours": 1}
+
+    async def body(args, ctx):
+        await ctx.sleep(hours=version["hours"])
+        return "done"
+
+    async def go():
+        tool = define_workflow_tool("wf", "", Note, body)
+        t = await Tools(tool, services={NONDETERMINISM_SINK: obs.workflow_nondeterminism}).start()
+        call = await t.call("wf", {})
+        await t.h.run_until_parked()
+        version["hours"] = 2
+        t.kit.clock.advance(HOUR)
+        await t.h.run_until_parked()
+        assert "non-determinism" in t.result(call).text
+
+    run(go())
+    obs.flush()
+
+
 @pytest.fixture(scope="module")
 def emitted() -> set[tuple[str, str, frozenset[tuple[str, Any]]]]:
     """What the worker's and the handlers' failure paths write as EMF, read from stdout."""
@@ -172,6 +201,7 @@ def emitted() -> set[tuple[str, str, frozenset[tuple[str, Any]]]]:
         with contextlib.redirect_stdout(out):
             _failing_worker_batch(monkeypatch)
             _crashing_requests(monkeypatch)
+            _nondeterministic_workflow()
     finally:
         monkeypatch.undo()
     return _emf(out.getvalue())
@@ -185,6 +215,7 @@ def test_the_failure_paths_emit_their_counts(emitted):
         obs.DEAD_LETTERED_WAKES,
         obs.WAKES,
         obs.HANDLER_FAILURES,
+        obs.WORKFLOW_NONDETERMINISM,
     } <= names
     assert {ns for ns, _name, _dims in emitted} == {c.METRICS_NAMESPACE}
 
@@ -196,8 +227,9 @@ def test_every_alarm_on_a_custom_metric_watches_a_metric_the_code_emits(mon_temp
         for watched in _watched(alarm)
         if watched[0] == c.METRICS_NAMESPACE
     ]
-    # Worker failures, malformed wakes, and 500s of the api and signal functions.
-    assert len(custom) == 4
+    # Worker failures, malformed wakes, 500s of the api and signal functions, and workflow
+    # runs that no longer replay their history.
+    assert len(custom) == 5
     for alarm_id, watched in custom:
         assert watched in emitted, f"{alarm_id} watches {watched}, which nothing emits"
 
@@ -308,7 +340,7 @@ def test_every_alarm_notifies_the_alarm_topic_and_the_topic_mails_the_operator(
         {"Protocol": "email", "Endpoint": EMAIL, "TopicArn": {"Ref": topic}},
     )
     alarms = _alarms(mon_template)
-    assert len(alarms) == 17
+    assert len(alarms) == 18
     for alarm in alarms.values():
         assert alarm["AlarmActions"] == [{"Ref": topic}]
         assert alarm["TreatMissingData"] == "notBreaching"

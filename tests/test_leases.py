@@ -78,13 +78,21 @@ async def started(h: Harness, gate: Gate) -> asyncio.Future:
     return runner
 
 
+async def one_running(
+    lease: float | None = LEASE,
+) -> tuple[Gate, World, Harness, str, asyncio.Future]:
+    """A world whose first worker runs one gated task and is inside its phase: the gate, the
+    world, that worker, the task's id and the run going on in the background."""
+    gate = Gate()
+    w = World(slow_kind(gate))
+    first = await w.worker(lease=lease)
+    t = await first.create_task(w.kinds[0])
+    return gate, w, first, t, await started(first, gate)
+
+
 def test_a_second_harness_leaves_a_leased_task_alone_and_arms_for_its_expiry():
     async def go():
-        gate = Gate()
-        w = World(slow_kind(gate))
-        first = await w.worker()
-        t = await first.create_task(w.kinds[0])
-        runner = await started(first, gate)
+        gate, w, first, t, runner = await one_running()
         state = first.task(t).state
         assert isinstance(state, Running) and state.lease_until == w.clock.now() + LEASE
 
@@ -108,11 +116,7 @@ def test_a_second_harness_leaves_a_leased_task_alone_and_arms_for_its_expiry():
 
 def test_other_work_keeps_the_session_active_while_a_lease_is_held():
     async def go():
-        gate = Gate()
-        w = World(slow_kind(gate))
-        first = await w.worker()
-        await first.create_task(w.kinds[0])
-        runner = await started(first, gate)
+        gate, w, first, _t, runner = await one_running()
         observer = Harness(w.store, "s1", w.kinds, clock=w.clock, ids=w.ids, lease_seconds=LEASE)
         await observer.attach()
         await observer.create_task(w.kinds[0])
@@ -126,11 +130,7 @@ def test_other_work_keeps_the_session_active_while_a_lease_is_held():
 
 def test_an_expired_lease_is_taken_over_as_after_a_crash():
     async def go():
-        gate = Gate()
-        w = World(slow_kind(gate))
-        dead = await w.worker()
-        t = await dead.create_task(w.kinds[0])
-        runner = await started(dead, gate)
+        gate, w, _dead, t, runner = await one_running()
         w.clock.advance(LEASE)  # exactly at expiry: the holder is presumed dead
         second = await w.worker()
         assert second.task(t).restarts == 1
@@ -148,11 +148,7 @@ def test_an_expired_lease_is_taken_over_as_after_a_crash():
 
 def test_a_harness_already_open_takes_over_once_the_lease_expires():
     async def go():
-        gate = Gate()
-        w = World(slow_kind(gate))
-        dead = await w.worker()
-        t = await dead.create_task(w.kinds[0])
-        runner = await started(dead, gate)
+        gate, w, _dead, t, runner = await one_running()
         second = await w.worker()
         wake = await second.run_until_parked()
         assert wake.active is False and wake.at is not None
@@ -168,11 +164,7 @@ def test_a_harness_already_open_takes_over_once_the_lease_expires():
 
 def test_a_clean_close_releases_the_lease_without_a_restart():
     async def go():
-        gate = Gate()
-        w = World(slow_kind(gate))
-        first = await w.worker()
-        t = await first.create_task(w.kinds[0])
-        await started(first, gate)
+        gate, w, first, t, _runner = await one_running()
         await first.close()
         record = w.store.get_task("s1", t)
         assert isinstance(record.state, Pending) and record.restarts == 0
@@ -222,11 +214,7 @@ def test_renewal_moves_the_lease_forward():
 
 def test_without_a_lease_open_takes_over_at_once():
     async def go():
-        gate = Gate()
-        w = World(slow_kind(gate))
-        first = await w.worker(lease=None)
-        t = await first.create_task(w.kinds[0])
-        runner = await started(first, gate)
+        _gate, w, first, t, runner = await one_running(lease=None)
         assert first.task(t).state.lease_until is None
         second = await w.worker(lease=None)
         assert second.task(t).restarts == 1

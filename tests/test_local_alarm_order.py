@@ -23,10 +23,11 @@ class DyingQueue:
         self.die = die
         self.woken: list[str] = []
 
-    def wake(self, session_id: str, reason: str) -> None:
+    def send(self, session_id: str, body: str, dedup_id: str | None = None) -> bool:
         if self.die:
             raise Died(session_id)
         self.woken.append(session_id)
+        return True
 
 
 @pytest.mark.parametrize("exact", [True, False], ids=["exact", "aws-like"])

@@ -23,8 +23,9 @@ def test_local_alarms_arm_replace_disarm_and_fire(tmp_path: Path) -> None:
     woken: list[tuple[str, str]] = []
 
     class Queue:
-        def wake(self, session_id: str, reason: str) -> None:
-            woken.append((session_id, reason))
+        def send(self, session_id: str, body: str, dedup_id: str | None = None) -> bool:
+            woken.append((session_id, json.loads(body)["reason"]))
+            return True
 
     alarms = LocalAlarms(LocalDb(str(tmp_path / "a.sqlite")), Queue(), clock, exact=True)
     alarms.arm("s1", clock.now() + 60)

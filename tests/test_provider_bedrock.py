@@ -581,6 +581,9 @@ def test_stubber_assertions_are_not_turned_into_model_errors() -> None:
 
 def test_adapter_makes_its_own_client_for_the_region() -> None:
     provider = BedrockConverseProvider(MODEL, region="eu-west-1")
+    client = provider.client_for(provider.timing.ceiling)
 
-    assert provider.client.meta.service_model.service_name == "bedrock-runtime"
-    assert provider.client.meta.region_name == "eu-west-1"
+    assert client.meta.service_model.service_name == "bedrock-runtime"
+    assert client.meta.region_name == "eu-west-1"
+    assert client.meta.config.read_timeout == 3600.0
+    assert provider.client_for(3600.0) is client  # made once per read timeout

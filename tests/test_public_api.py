@@ -26,7 +26,12 @@ INTERNAL = {
     "ToolExecutionApi.__init__",
 }
 # Names that only TYPE_CHECKING imports bring into the annotations.
-NAMESPACE = {**vars(bide), **vars(bide.tools), "Runtime": Runtime}
+# The packages import their names on first use, so ask for each rather than read vars().
+NAMESPACE = {
+    **{name: getattr(bide, name) for name in bide.__all__},
+    **{name: getattr(bide.tools, name) for name in bide.tools.__all__},
+    "Runtime": Runtime,
+}
 
 
 def types_in(annotation: Any) -> set[type]:

@@ -18,79 +18,156 @@ The public API:
   ports :class:`Clock` (:class:`SystemClock`, :class:`ManualClock`),
   :class:`Store` (:class:`SQLiteStore`; documents are :class:`Doc`), :class:`IdSource`;
 * errors: :class:`BideError` and its subclasses;
-* deploying: :class:`App` (from :mod:`bide.app`, imported on first use so that ``import bide``
-  loads the engine only). Tools are in :mod:`bide.tools`, agents in :mod:`bide.agent`,
-  workflow tools in :mod:`bide.workflow`, test helpers in :mod:`bide.testing`.
+* deploying: :class:`App` (from :mod:`bide.app`). Tools are in :mod:`bide.tools`, agents in
+  :mod:`bide.agent`, workflow tools in :mod:`bide.workflow`, test helpers in
+  :mod:`bide.testing`.
+
+Each name is imported from its module on first use, so ``import bide`` (and so every
+``bide.<subpackage>`` import) loads nothing but this file.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
-
-from .engine.clock import DAY, HOUR, MINUTE, Clock, ManualClock, SystemClock
-from .engine.delivery import deliver_signal
-from .engine.errors import (
-    BideError,
-    CommitTooLarge,
-    ConflictError,
-    DefinitionError,
-    HarnessClosed,
-    InvalidPark,
-    InvalidTransition,
-    InvalidWait,
-    InvocationEnded,
-    KeyReuseError,
-    StoreUnavailable,
-    UnknownTaskKind,
-)
-from .engine.harness import Harness
-from .engine.host import WriteTx
-from .engine.ids import IdSource, RandomIds, SequentialIds
-from .engine.records import SignalSlot, TaskRecord
-from .engine.rules import SignalDecision, Wake
-from .engine.signals import (
-    InvalidSignalValue,
-    SignalExpired,
-    SignalKey,
-    SignalResult,
-    SignalState,
-    SignalToken,
-    SignalValue,
-    define_signal,
-)
-from .engine.state import (
-    Aborted,
-    Completed,
-    Completing,
-    Failed,
-    Faulted,
-    Orphaned,
-    Outcome,
-    Pending,
-    Running,
-    Sleeping,
-    TaskState,
-    Terminal,
-    Waiting,
-    WakeExpired,
-    WakeReason,
-    WakeSignal,
-    WakeTasks,
-    WakeTime,
-)
-from .engine.store import Doc, SessionSnapshot, SQLiteStore, Store
-from .engine.tasks import TaskDefinition, TaskRuntime, TaskView, Tx, define_task
 
 if TYPE_CHECKING:
     from .app import App
+    from .engine.clock import DAY, HOUR, MINUTE, Clock, ManualClock, SystemClock
+    from .engine.delivery import deliver_signal
+    from .engine.errors import (
+        BideError,
+        CommitTooLarge,
+        ConflictError,
+        DefinitionError,
+        HarnessClosed,
+        InvalidPark,
+        InvalidTransition,
+        InvalidWait,
+        InvocationEnded,
+        KeyReuseError,
+        StoreUnavailable,
+        UnknownTaskKind,
+    )
+    from .engine.harness import Harness
+    from .engine.host import WriteTx
+    from .engine.ids import IdSource, RandomIds, SequentialIds
+    from .engine.records import SignalSlot, TaskRecord
+    from .engine.rules import SignalDecision, Wake
+    from .engine.signals import (
+        InvalidSignalValue,
+        SignalExpired,
+        SignalKey,
+        SignalResult,
+        SignalState,
+        SignalToken,
+        SignalValue,
+        define_signal,
+    )
+    from .engine.state import (
+        Aborted,
+        Completed,
+        Completing,
+        Failed,
+        Faulted,
+        Orphaned,
+        Outcome,
+        Pending,
+        Running,
+        Sleeping,
+        TaskState,
+        Terminal,
+        Waiting,
+        WakeExpired,
+        WakeReason,
+        WakeSignal,
+        WakeTasks,
+        WakeTime,
+    )
+    from .engine.store import Doc, SessionSnapshot, SQLiteStore, Store
+    from .engine.tasks import TaskDefinition, TaskRuntime, TaskView, Tx, define_task
+
+# Each public name -> the module (under bide) defining it. Imported on first use (PEP 562):
+# a Lambda function imports ``bide.handlers.<name>``, which imports this package first, and
+# must not pay for the engine parts, agents and workflow tools its path never touches.
+_EXPORTS: dict[str, str] = {
+    "DAY": "engine.clock",
+    "HOUR": "engine.clock",
+    "MINUTE": "engine.clock",
+    "Clock": "engine.clock",
+    "ManualClock": "engine.clock",
+    "SystemClock": "engine.clock",
+    "deliver_signal": "engine.delivery",
+    "BideError": "engine.errors",
+    "CommitTooLarge": "engine.errors",
+    "ConflictError": "engine.errors",
+    "DefinitionError": "engine.errors",
+    "HarnessClosed": "engine.errors",
+    "InvalidPark": "engine.errors",
+    "InvalidTransition": "engine.errors",
+    "InvalidWait": "engine.errors",
+    "InvocationEnded": "engine.errors",
+    "KeyReuseError": "engine.errors",
+    "StoreUnavailable": "engine.errors",
+    "UnknownTaskKind": "engine.errors",
+    "Harness": "engine.harness",
+    "WriteTx": "engine.host",
+    "IdSource": "engine.ids",
+    "RandomIds": "engine.ids",
+    "SequentialIds": "engine.ids",
+    "SignalSlot": "engine.records",
+    "TaskRecord": "engine.records",
+    "SignalDecision": "engine.rules",
+    "Wake": "engine.rules",
+    "InvalidSignalValue": "engine.signals",
+    "SignalExpired": "engine.signals",
+    "SignalKey": "engine.signals",
+    "SignalResult": "engine.signals",
+    "SignalState": "engine.signals",
+    "SignalToken": "engine.signals",
+    "SignalValue": "engine.signals",
+    "define_signal": "engine.signals",
+    "Aborted": "engine.state",
+    "Completed": "engine.state",
+    "Completing": "engine.state",
+    "Failed": "engine.state",
+    "Faulted": "engine.state",
+    "Orphaned": "engine.state",
+    "Outcome": "engine.state",
+    "Pending": "engine.state",
+    "Running": "engine.state",
+    "Sleeping": "engine.state",
+    "TaskState": "engine.state",
+    "Terminal": "engine.state",
+    "Waiting": "engine.state",
+    "WakeExpired": "engine.state",
+    "WakeReason": "engine.state",
+    "WakeSignal": "engine.state",
+    "WakeTasks": "engine.state",
+    "WakeTime": "engine.state",
+    "Doc": "engine.store",
+    "SessionSnapshot": "engine.store",
+    "SQLiteStore": "engine.store",
+    "Store": "engine.store",
+    "TaskDefinition": "engine.tasks",
+    "TaskRuntime": "engine.tasks",
+    "TaskView": "engine.tasks",
+    "Tx": "engine.tasks",
+    "define_task": "engine.tasks",
+    "App": "app",
+}
 
 
-def __getattr__(name: str) -> Any:
-    # App pulls in agents, workflow tools and the design-002 features: load them only when
-    # someone asks for it, not for every engine-only import of bide.
-    if name == "App":
-        from .app import App
+if not TYPE_CHECKING:  # mypy checks names against the imports above
 
-        return App
-    raise AttributeError(f"module 'bide' has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module 'bide' has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value  # found directly from now on
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_EXPORTS})
 
 
 __all__ = [

@@ -147,12 +147,24 @@ class Admission:
                 )
         return catalog
 
-    def render(self, identity: str | None, variant: str | None, text: str, is_error: bool) -> str:
-        """A result as the presentation the model saw renders it."""
+    def render(
+        self,
+        identity: str | None,
+        variant: str | None,
+        text: str,
+        is_error: bool,
+        *,
+        family: str,
+    ) -> str:
+        """A result as the requesting model ``family`` is shown it: rendered by that family's
+        presentation of the variant the call was made under. Variants are named per
+        operation, not per family, so another family's presentation of the same variant is
+        never used (its renderer was written for another model); without one of its own the
+        family gets the plain text."""
         operation = self._operations.get(identity or "")
         if operation is None:
             return text
-        for presentation in operation.presentations:
+        for presentation in operation.for_family(family):
             if presentation.variant == variant:
                 return presentation.render_result(text, is_error)
         return text

@@ -73,3 +73,11 @@ ENV_SCHEDULE_DLQ_ARN = "BIDE_SCHEDULE_DLQ_ARN"  # that dead-letter queue's ARN (
 # The wake queue's event source never runs more than this many workers at once (the SQS
 # event source's ScalingConfig.MaximumConcurrency takes 2 to 1000).
 DEFAULT_WORKER_MAX_CONCURRENCY = 10
+
+# The harness service a host gives workflow runs to report detected nondeterminism
+# (bide.workflow.nondeterminism); here so a service can name it without importing workflow.
+NONDETERMINISM_SINK = "workflow_nondeterminism"
+
+# The harness service holding the moment (epoch seconds) the worker's invocation must stop
+# (bide.agent.generation sizes model requests to it); here so the worker need not import agents.
+STOP_AT_SERVICE = "invocation_stop_at"

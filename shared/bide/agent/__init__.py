@@ -13,12 +13,13 @@ from .conversation import (
     create_conversation,
     owned_conversation_id,
 )
-from .generation import GENERATION_TASK
+from .generation import GENERATION_TASK, STOP_AT_SERVICE
 from .hooks import Continue, GenerationHooks, HookTask, StartTasks, hook_task
 from .subagent import subagent_tool
 
 __all__ = [
     "GENERATION_TASK",
+    "STOP_AT_SERVICE",
     "SUBMISSION_SETTLED",
     "Agent",
     "Continue",

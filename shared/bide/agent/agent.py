@@ -27,7 +27,8 @@ from .conversation import (
 from .generation import generation_task
 from .hooks import GenerationHooks
 from .limits import RunLimits
-from .providers.base import ModelProvider
+from .providers.base import ModelProvider, check_tool_names
+from .steering import interrupt_round
 
 
 class Agent:
@@ -77,6 +78,21 @@ class Agent:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.task = generation_task(self)
+        self.check_tool_names()
+
+    def exposed_tool_names(self) -> list[str]:
+        """The tool names the model is shown: the presentations of ``model_family`` with
+        admission, else the registry's tool names."""
+        if self.admission is not None:
+            return [spec["name"] for spec in self.admission.catalog(self.model_family).specs]
+        return [tool.name for tool in self.tools.tools]
+
+    def check_tool_names(self) -> None:
+        """Raise :class:`~.providers.base.ToolNameError` if the provider refuses an exposed
+        name. Runs when the agent is defined, when a harness takes it (:class:`Conversations`,
+        after tools added since) and before each request (a name added later ends the run with
+        this error instead of a request the provider refuses)."""
+        check_tool_names(self.provider, self.exposed_tool_names(), family=self.model_family)
 
     def task_kinds(self) -> list[TaskDefinition]:
         """The generation, the tool task and the hook task kinds."""
@@ -118,8 +134,9 @@ def submit_in(
     source: str = "user",
 ) -> Submission:
     """Submit input inside a commit: deduplicated by ``request_id``; placed at once when the
-    conversation is idle; otherwise queued (``steer``: at the next boundary of the running
-    run; ``follow_up``: after it) or refused (``reject`` -> ``unanswered``)."""
+    conversation is idle; otherwise queued (``steer``: interrupts the running run's tool
+    calls in this commit and is answered next by the same run, see :mod:`.steering`;
+    ``follow_up``: after the run) or refused (``reject`` -> ``unanswered``)."""
     if not isinstance(content, str) or not content:
         raise ConversationError("content must be a non-empty string")
     existing = read_submission(tx, cid, request_id)
@@ -143,6 +160,8 @@ def submit_in(
         return submission.model_copy(update={"status": "unanswered"})
     write_submission(tx, submission)
     write_head(tx, head.model_copy(update={"queue": [*head.queue, request_id]}))
+    if when_busy == "steer":
+        interrupt_round(tx, head)
     return submission
 
 
@@ -152,6 +171,7 @@ class Conversations:
     def __init__(self, harness: Harness, agent: Agent) -> None:
         self.harness = harness
         self.agent = agent
+        agent.check_tool_names()
         for kind in agent.task_kinds():
             if harness._defs.get((kind.name, kind.version)) is not kind:
                 harness.register(kind)

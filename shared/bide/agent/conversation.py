@@ -67,6 +67,10 @@ class ConversationHead(BaseModel):
     run: str | None = Field(default=None, description="the running generation task")
     run_submissions: list[str] = Field(default_factory=list)
     queue: list[str] = Field(default_factory=list)
+    round_calls: list[str] = Field(
+        default_factory=list,
+        description="call ids of the running round's tool calls (a steer interrupts them)",
+    )
     entries: int = 0
     system: str | None = None
     stopped: bool = False

@@ -7,7 +7,9 @@ Checkpoints:
   A retryable model error parks on time (backoff), never sleeps in memory.
 * ``{"phase": "round", "assistant": i, "plan": [...]}``: the batch runs (exclusive calls alone
   in order, parallel-safe ones up to 8 at a time); each tool task writes its own result
-  entry. Once all ended, ``after_tools`` may start tasks (``after_tools``).
+  entry. Once all ended, ``after_tools`` may start tasks (``after_tools``). A queued steer
+  interrupts the round instead (:mod:`.steering`): no further call starts, the live ones were
+  abort-marked by the steer, and once they ended the steer is placed and the model asked.
 * ``{"phase": "after_tools", "assistant": i}``: hook tasks ended; one that completed with
   ``{"terminate": true}`` ends the run with the tool-calling answer.
 * ``{"phase": "yield", "answer": i}``: ``on_yield`` tasks ended; queued user input wins,
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..admission import NotAdvertised
+from ..constants import STOP_AT_SERVICE as _STOP_AT_SERVICE
 from ..engine.state import Completed, Failed, Running, Sleeping, Terminal, Waiting
 from ..engine.tasks import TaskDefinition, TaskView, define_task
 from .batch import schedule as schedule_batch
@@ -40,19 +43,27 @@ from .limits import LimitReached, before_request, before_tools, usage
 from .providers.base import (
     AssistantMessage,
     Message,
+    ModelDeferred,
     ModelError,
     ModelRequest,
     ModelResponse,
+    ToolNameError,
     ToolResultMessage,
     ToolSpec,
     UserMessage,
 )
+from .steering import interrupted_round, place_steers, settle_for_stop, steer_queued
 
 if TYPE_CHECKING:
     from ..engine.runtime import Runtime
     from .agent import Agent
 
 GENERATION_TASK = "bide.generation"
+
+STOP_AT_SERVICE = _STOP_AT_SERVICE
+"""The ``rt.services`` key under which a host puts the clock time its invocation stops
+starting work (a Lambda worker: the deadline less its safety margin). A model request is then
+told how long it may take (:attr:`~.providers.base.ModelRequest.time_limit`)."""
 
 
 def generation_task(agent: Agent) -> TaskDefinition:
@@ -114,7 +125,11 @@ def build_request(
             text = entry["text"]
             if agent.admission is not None:
                 text = agent.admission.render(
-                    entry.get("identity"), entry.get("variant"), text, entry["is_error"]
+                    entry.get("identity"),
+                    entry.get("variant"),
+                    text,
+                    entry["is_error"],
+                    family=agent.model_family,
                 )
             messages.append(
                 ToolResultMessage(call_id=entry["call_id"], text=text, is_error=entry["is_error"])
@@ -133,34 +148,6 @@ def build_request(
     )
 
 
-def _place_steers(tx: Any, cid: str) -> int:
-    """At a run boundary, place queued steers into the running run. How many were placed."""
-    head = read_head(tx, cid)
-    placed = 0
-    keep: list[str] = []
-    for rid in head.queue:
-        sub = read_submission(tx, cid, rid)
-        if sub is not None and sub.when_busy == "steer":
-            append_entry(
-                tx,
-                cid,
-                {"type": "user", "text": sub.content, "submission": rid, "source": sub.source},
-            )
-            from .conversation import write_submission
-
-            write_submission(tx, sub.model_copy(update={"status": "placed"}))
-            head = read_head(tx, cid)
-            head = head.model_copy(update={"run_submissions": [*head.run_submissions, rid]})
-            write_head(tx, head)
-            placed += 1
-        else:
-            keep.append(rid)
-    if placed:
-        head = read_head(tx, cid)
-        write_head(tx, head.model_copy(update={"queue": keep}))
-    return placed
-
-
 async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
     cid = task.input["conversation"]
     attempt = int(task.checkpoint.get("attempt", 0))
@@ -169,9 +156,24 @@ async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
     if reached is not None:
         await rt.commit(lambda tx: _stopped_in(agent, tx, cid, reached.message, reached.entry()))
         return
+    try:
+        agent.check_tool_names()
+    except ToolNameError as exc:  # a tool added since the agent was defined
+        await _end_with_error(agent, rt, cid, f"{type(exc).__name__}: {exc}")
+        return
     request = build_request(agent, rt, cid, transcript)
+    stop_at = rt.services.get(STOP_AT_SERVICE)
+    if isinstance(stop_at, int | float):
+        request = request.model_copy(update={"time_limit": max(0.0, stop_at - rt.now())})
     try:
         response = await agent.provider.complete(request)
+    except ModelDeferred:
+        # Too little of this invocation is left: park until it stops starting work, so the
+        # next invocation asks with its full time. Not a failed attempt.
+        until = stop_at if isinstance(stop_at, int | float) else rt.now() + agent.backoff_base
+        checkpoint = {"phase": "request", "attempt": attempt}
+        await rt.commit(Sleeping(checkpoint=checkpoint, until=max(until, rt.now())))
+        return
     except ModelError as exc:
         if exc.retryable and attempt + 1 < agent.max_attempts:
             delay = min(agent.backoff_cap, agent.backoff_base * 2**attempt)
@@ -224,6 +226,9 @@ async def _start_round(
 
     def build(tx: Any) -> Running:
         index = append_entry(tx, cid, entry)
+        head = read_head(tx, cid)
+        # What a steer interrupts (bide.agent.steering), in the commit that plans the round.
+        write_head(tx, head.model_copy(update={"round_calls": [c["call_id"] for c in plan]}))
         for call_id, why in refused:
             result = {
                 "type": "tool_result",
@@ -240,21 +245,11 @@ async def _start_round(
 
 
 def _planned(
-    call_id: str,
-    name: str,
-    arguments: dict[str, Any],
-    exposed: str | None,
-    variant: str | None,
-    mode: str,
+    call_id: str, name: str, arguments: dict[str, Any], exposed: Any, variant: Any, mode: str
 ) -> dict[str, Any]:
-    return {
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "exposed": exposed,
-        "variant": variant,
-        "mode": mode,
-    }
+    return dict(
+        call_id=call_id, name=name, arguments=arguments, exposed=exposed, variant=variant, mode=mode
+    )
 
 
 def _assistant_entry(response: ModelResponse, run: str) -> dict[str, Any]:
@@ -303,7 +298,7 @@ async def _answer(
     # leave an answer recorded while the run still looks unanswered.
     def build(tx: Any) -> Any:
         index = append_entry(tx, cid, entry)
-        if _place_steers(tx, cid):
+        if place_steers(tx, cid):
             return Running(checkpoint={"phase": "request", "attempt": 0})
         if isinstance(decision, Continue):
             append_entry(tx, cid, {"type": "user", "text": decision.input, "source": "on_yield"})
@@ -323,16 +318,21 @@ async def _round(agent: Agent, task: TaskView, rt: Runtime) -> None:
     cid = task.input["conversation"]
     index = task.checkpoint["assistant"]
     plan = task.checkpoint.get("plan", [])
-    waiting: list[Waiting | None] = []
+    waiting: list[Waiting | Running | None] = []
 
-    def schedule(tx: Any) -> Waiting | None:
+    def schedule(tx: Any) -> Waiting | Running | None:
         waiting.clear()
-        waiting.append(schedule_batch(agent, tx, cid, plan))
+        if steer_queued(tx, cid):
+            waiting.append(
+                interrupted_round(tx, cid, task.checkpoint, plan) or _request_next(tx, cid)
+            )
+        else:
+            waiting.append(schedule_batch(agent, tx, cid, plan))
         return waiting[0]
 
     await rt.commit(schedule)
     if waiting[0] is not None:
-        return  # the batch parks as a whole until its next call ends
+        return  # the batch parks as a whole until its next call ends (or a steer took over)
     assistant = rt.get_doc(entry_key(cid, index))
     results = [e for e in entries(rt, cid)[index:] if e["type"] == "tool_result"]
     for hooks in agent.hooks:
@@ -356,12 +356,16 @@ async def _round(agent: Agent, task: TaskView, rt: Runtime) -> None:
     await _next_request(rt, cid)
 
 
-async def _next_request(rt: Runtime, cid: str) -> None:
-    def build(tx: Any) -> Running:
-        _place_steers(tx, cid)
-        return Running(checkpoint={"phase": "request", "attempt": 0})
+def _request_next(tx: Any, cid: str) -> Running:
+    """The round is over: place queued steers and ask the model again."""
+    head = read_head(tx, cid)
+    write_head(tx, head.model_copy(update={"round_calls": []}))
+    place_steers(tx, cid)
+    return Running(checkpoint={"phase": "request", "attempt": 0})
 
-    await rt.commit(build)
+
+async def _next_request(rt: Runtime, cid: str) -> None:
+    await rt.commit(lambda tx: _request_next(tx, cid))
 
 
 async def _after_tools(agent: Agent, task: TaskView, rt: Runtime) -> None:
@@ -390,7 +394,7 @@ async def _yield(agent: Agent, task: TaskView, rt: Runtime) -> None:
     after_run = await _after_run_tasks(agent, rt, answer)
 
     def build(tx: Any) -> Any:
-        if _place_steers(tx, cid):  # a user's message wins over a hook's continue
+        if place_steers(tx, cid):  # a user's message wins over a hook's continue
             return Running(checkpoint={"phase": "request", "attempt": 0})
         if continue_with is not None:
             append_entry(tx, cid, {"type": "user", "text": continue_with, "source": "on_yield"})
@@ -442,7 +446,7 @@ def _release(agent: Agent, tx: Any, cid: str) -> None:
     from .agent import start_run
 
     head = read_head(tx, cid)
-    head = head.model_copy(update={"run": None, "run_submissions": []})
+    head = head.model_copy(update={"run": None, "run_submissions": [], "round_calls": []})
     write_head(tx, head)
     if head.queue:
         first, *rest = head.queue
@@ -478,13 +482,16 @@ async def _aborted(agent: Agent, task: TaskView, rt: Runtime) -> None:
 
         head = read_head(tx, cid)
         if head.run == task.id:
-            for rid in [*head.run_submissions, *head.queue]:
-                sub = read_submission(tx, cid, rid)
-                if sub is not None and sub.status in ("queued", "placed"):
-                    settle(tx, sub, "unanswered", error=reason)
+            steers = settle_for_stop(tx, head, reason)
             write_head(
-                tx, head.model_copy(update={"run": None, "run_submissions": [], "queue": []})
+                tx,
+                head.model_copy(
+                    update={"run": None, "run_submissions": [], "queue": steers, "round_calls": []}
+                ),
             )
+            _release(agent, tx, cid)  # the first steer starts the next run, the rest join it
+            if steers:
+                place_steers(tx, cid)
         return Terminal(outcome=Aborted(reason=reason))
 
     await rt.commit(build)

@@ -18,15 +18,37 @@ Converse is stricter than the neutral messages, and the mapping absorbs the diff
 
 Errors become :class:`~.base.ModelError`: throttling, overload, timeouts and connection failures
 are ``retryable``; bad requests, missing access and model failures are not.
+
+For real traffic (:class:`Timing`):
+
+* the read timeout is sized to the answer: ``first_token`` seconds plus ``maxTokens`` at a slow
+  ``tokens_per_second``, at most ``ceiling`` (botocore's default is 60 s, which a long
+  generation exceeds; AWS suggests starting from 3,600 s,
+  https://repost.aws/knowledge-center/bedrock-large-model-read-timeouts), and never more than
+  the invocation has left (:attr:`~.base.ModelRequest.time_limit`) less ``margin``;
+* botocore never resends a request itself (``total_max_attempts=1``): its retries know nothing
+  of the Lambda deadline and resend a timed-out generation until they give up. A retryable
+  failure goes back to the generation, which parks on time and asks again, in this invocation
+  if the backoff fits, else in the next; with less than ``minimum`` seconds left nothing is
+  sent at all (:class:`~.base.ModelDeferred`);
+* ``cache`` places Converse ``cachePoint`` blocks after the system prompt, after the tools
+  and at the end of the conversation, so a repeated prefix is read from the prompt cache
+  (https://docs.aws.amazon.com/bedrock/latest/userguide/prompt-caching.html; models without
+  prompt caching refuse them, so it is off by default).
+
+ConverseStream is not used: an answer arrives whole.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import boto3
+from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -39,17 +61,35 @@ from botocore.exceptions import (
 
 from ..agent.providers.base import (
     AssistantMessage,
+    ModelDeferred,
     ModelError,
     ModelRequest,
     ModelResponse,
     StopReason,
     ToolCallRequest,
+    ToolNameRule,
     ToolResultMessage,
     Usage,
     UserMessage,
 )
 
-__all__ = ["BLANK_TEXT", "BedrockConverseProvider"]
+__all__ = [
+    "BLANK_TEXT",
+    "CONVERSE_TOOL_NAMES",
+    "BedrockConverseProvider",
+    "CachePlace",
+    "Timing",
+    "converse_client_config",
+]
+
+CONVERSE_TOOL_NAMES = ToolNameRule(
+    pattern="[a-zA-Z0-9_-]+",
+    max_length=64,
+    documented_at="Bedrock Converse ToolSpecification name: length 1-64, pattern "
+    "[a-zA-Z0-9_-]+, https://docs.aws.amazon.com/bedrock/latest/APIReference/"
+    "API_runtime_ToolSpecification.html",
+)
+"""The tool names Converse accepts (``toolSpec.name``, and so ``toolUse.name``)."""
 
 BLANK_TEXT = "(empty)"
 """Stands in for blank user or tool-result text, which Converse refuses."""
@@ -97,15 +137,59 @@ _MALFORMED_STOP_REASONS = frozenset({"malformed_model_output", "malformed_tool_u
 _RETIRED_TOOL_DESCRIPTION = "No longer available. Do not call it."
 
 
+CachePlace = Literal["system", "tools", "messages"]
+"""Where a ``cachePoint`` goes: after the system prompt, after the tool specs, or at the end
+of the last turn (caching the conversation so far for the next request)."""
+
+_CACHE_POINT = {"cachePoint": {"type": "default"}}
+# A read timeout cut by the invocation's deadline is rounded down to this many seconds.
+_TIMEOUT_STEP = 15.0
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long a Converse answer may take, and how much of an invocation a request needs.
+
+    ``read_timeout(max_tokens)`` is ``first_token + max_tokens / tokens_per_second`` (the
+    ``ceiling`` when ``max_tokens`` is unknown), at most ``ceiling``. A request with
+    ``time_limit`` gets at most ``time_limit - margin``; below ``minimum`` it is not sent."""
+
+    first_token: float = 60.0
+    tokens_per_second: float = 10.0
+    ceiling: float = 3600.0
+    margin: float = 5.0
+    minimum: float = 20.0
+    connect_timeout: float = 10.0
+
+    def read_timeout(self, max_tokens: int | None) -> float:
+        """The read timeout for an answer of up to ``max_tokens`` output tokens."""
+        if max_tokens is None:
+            return self.ceiling
+        return min(self.ceiling, self.first_token + max_tokens / self.tokens_per_second)
+
+
+def converse_client_config(read_timeout: float, timing: Timing | None = None) -> Config:
+    """The botocore config of a ``bedrock-runtime`` client: ``read_timeout`` seconds, and no
+    retries of its own (the generation retries, within the invocation's deadline)."""
+    timing = timing or Timing()
+    return Config(
+        read_timeout=read_timeout,
+        connect_timeout=timing.connect_timeout,
+        retries={"mode": "standard", "total_max_attempts": 1},
+    )
+
+
 class BedrockConverseProvider:
     """A :class:`~.base.ModelProvider` backed by Bedrock's ``converse`` operation.
 
-    ``model_id`` is a model id, inference profile id or ARN. ``client`` is a
-    ``bedrock-runtime`` client; tests inject a stubbed one, and without it the adapter makes
-    ``boto3.client("bedrock-runtime", region_name=region)`` (``region=None`` takes the region
-    from the environment). ``inference_config`` is sent as Converse ``inferenceConfig`` with
-    every request (for example ``{"temperature": 0}``); a request's ``max_tokens`` overrides
-    its ``maxTokens``.
+    ``model_id`` is a model id, inference profile id or ARN. Clients come from
+    ``client_factory(config)`` (one per read timeout, see :class:`Timing`); by default
+    ``boto3.client("bedrock-runtime", region_name=region, config=config)`` (``region=None``
+    takes the region from the environment). A fixed ``client`` is used as given for every
+    request (its own timeouts and retries apply; build it with :func:`converse_client_config`).
+    ``inference_config`` is sent as Converse ``inferenceConfig`` with every request (for
+    example ``{"temperature": 0}``); a request's ``max_tokens`` overrides its ``maxTokens``.
+    ``cache`` lists where ``cachePoint`` blocks go (:data:`CachePlace`).
     """
 
     def __init__(
@@ -114,15 +198,58 @@ class BedrockConverseProvider:
         client: Any = None,
         region: str | None = None,
         inference_config: Mapping[str, Any] | None = None,
+        *,
+        timing: Timing | None = None,
+        cache: Collection[CachePlace] = (),
+        client_factory: Callable[[Config], Any] | None = None,
     ) -> None:
         self.model_id = model_id
+        self.timing = timing or Timing()
+        unknown = set(cache) - {"system", "tools", "messages"}
+        if unknown:
+            raise ValueError(
+                f"cache: unknown places {sorted(unknown)}; use 'system', 'tools', 'messages'"
+            )
+        self.cache = frozenset(cache)
         # Typed Any: boto3 clients are generated at run time, and the bedrock-runtime stubs
         # are not a dependency (with them installed, boto3.client would return a typed client
         # that a hand-written protocol could not describe without copying every parameter).
-        self.client: Any = (
-            client if client is not None else boto3.client("bedrock-runtime", region_name=region)
+        self.client: Any = client
+        self._factory: Callable[[Config], Any] = client_factory or (
+            lambda config: boto3.client("bedrock-runtime", region_name=region, config=config)
         )
+        self._clients: dict[float, Any] = {}
         self.inference_config: dict[str, Any] = dict(inference_config or {})
+        self.tool_name_rule = CONVERSE_TOOL_NAMES
+
+    def read_timeout(self, request: ModelRequest) -> float:
+        """How long the answer to ``request`` may take: sized to its ``maxTokens`` and cut to
+        what the invocation has left; :class:`~.base.ModelDeferred` when that is too little."""
+        max_tokens = request.max_tokens or self.inference_config.get("maxTokens")
+        timeout = self.timing.read_timeout(max_tokens)
+        if request.time_limit is None:
+            return timeout
+        room = request.time_limit - self.timing.margin
+        if room < self.timing.minimum:
+            raise ModelDeferred(
+                f"Bedrock Converse ({self.model_id}): {request.time_limit:.0f}s of the "
+                f"invocation left, {self.timing.minimum + self.timing.margin:.0f}s needed to "
+                "start a request; it is asked again in the next invocation"
+            )
+        # Rounded down to a step, so a deadline that shrinks by the second does not need a
+        # new client per request; never below the minimum, which is at most ``room``.
+        stepped = math.floor(room / _TIMEOUT_STEP) * _TIMEOUT_STEP
+        return min(timeout, max(self.timing.minimum, stepped))
+
+    def client_for(self, read_timeout: float) -> Any:
+        """The client that waits ``read_timeout`` seconds (made once per value), or the fixed
+        ``client``."""
+        if self.client is not None:
+            return self.client
+        if read_timeout not in self._clients:
+            config = converse_client_config(read_timeout, self.timing)
+            self._clients[read_timeout] = self._factory(config)
+        return self._clients[read_timeout]
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send ``request`` to Converse; raises :class:`~.base.ModelError` on failure.
@@ -130,8 +257,23 @@ class BedrockConverseProvider:
         The boto3 call blocks, so it runs on a worker thread and the event loop stays free.
         """
         params = self.converse_params(request)
+        timeout = self.read_timeout(request)
+        client = self.client_for(timeout)
         try:
-            raw = await asyncio.to_thread(self.client.converse, **params)
+            call = asyncio.to_thread(client.converse, **params)
+            if request.time_limit is None:
+                raw = await call
+            else:
+                # The socket's read timeout bounds each read; this bounds the whole answer,
+                # so the invocation's deadline holds even for an injected client.
+                raw = await asyncio.wait_for(call, request.time_limit - self.timing.margin)
+        except TimeoutError as exc:
+            raise ModelError(
+                f"Bedrock Converse ({self.model_id}) did not answer within the "
+                f"{request.time_limit:.0f}s left of the invocation",
+                retryable=True,
+                code="invocation_deadline",
+            ) from exc
         except ClientError as exc:
             raise _client_error(exc, self.model_id) from exc
         except StubResponseError:
@@ -163,6 +305,12 @@ class BedrockConverseProvider:
         }
         if request.system is not None and request.system.strip():
             params["system"] = [{"text": request.system}]
+            if "system" in self.cache:
+                params["system"].append(dict(_CACHE_POINT))
+        if "messages" in self.cache and params["messages"]:
+            # The whole conversation so far: the next request (its answer and the input
+            # after it appended) reads this prefix from the cache.
+            params["messages"][-1]["content"].append(dict(_CACHE_POINT))
         inference = dict(self.inference_config)
         if request.max_tokens is not None:
             inference["maxTokens"] = request.max_tokens
@@ -170,6 +318,8 @@ class BedrockConverseProvider:
             params["inferenceConfig"] = inference
         tool_config = _tool_config(request, params["messages"])
         if tool_config is not None:
+            if "tools" in self.cache:
+                tool_config["tools"].append(dict(_CACHE_POINT))
             params["toolConfig"] = tool_config
         return params
 
@@ -308,6 +458,8 @@ def parse_response(raw: Mapping[str, Any], model_id: str = "?") -> ModelResponse
         usage=Usage(
             input_tokens=int(usage.get("inputTokens", 0)),
             output_tokens=int(usage.get("outputTokens", 0)),
+            cache_read_tokens=int(usage.get("cacheReadInputTokens", 0)),
+            cache_write_tokens=int(usage.get("cacheWriteInputTokens", 0)),
         ),
     )
 

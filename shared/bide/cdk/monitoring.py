@@ -224,6 +224,12 @@ def alarms(
             period=cdk.Duration.minutes(1), statistic="Maximum"
         ),
     )
+    alarm(
+        "WorkflowNondeterminismAlarm",
+        "a workflow run failed because its body no longer replays its history "
+        "(a deploy changed a body with runs in flight: GET /sessions/{id}/workflow lists them)",
+        code_metric(obs.WORKFLOW_NONDETERMINISM),
+    )
     if topic is not None:
         for created_alarm in created:
             created_alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
@@ -258,6 +264,7 @@ def dashboard(
                 code_metric(obs.DEAD_LETTERED_WAKES),
                 code_metric(obs.MALFORMED_WAKES),
                 code_metric(obs.COMMIT_CONFLICTS),
+                code_metric(obs.WORKFLOW_NONDETERMINISM),
             ],
         ),
         graph(

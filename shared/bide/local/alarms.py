@@ -23,7 +23,6 @@ import secrets
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..aws.ports import WakeQueue
 from ..aws.scheduler import alarm_body, alarm_minute
 from ..constants import SCHEDULER_PRECISION_SECONDS
 from ..engine.clock import Clock
@@ -39,8 +38,13 @@ MAX_SLEEP_SECONDS = 30.0
 DUPLICATE_PROBABILITY = 0.05
 
 
-class _BodySender(Protocol):
-    def send(self, session_id: str, body: str, dedup_id: str | None = None) -> bool: ...
+class AlarmTarget(Protocol):
+    """Where a due alarm sends its wake: the body the Scheduler would send to the FIFO queue
+    (:class:`~bide.local.queue.LocalWakeQueue` is one)."""
+
+    def send(self, session_id: str, body: str, dedup_id: str | None = None) -> bool:
+        """Queue ``body`` for the session; False when deduplication dropped it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class LocalAlarms:
     def __init__(
         self,
         db: LocalDb,
-        queue: WakeQueue,
+        queue: AlarmTarget,
         clock: Clock,
         *,
         exact: bool = False,
@@ -75,15 +79,22 @@ class LocalAlarms:
         self._changed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def arm(self, session_id: str, at: float) -> None:
-        """Make sure the session is woken at ``at`` (replacing its previous alarm)."""
+    def arm(self, session_id: str, at: float) -> bool:
+        """Make sure the session is woken at ``at`` (replacing its previous alarm: True)."""
         with self.db.transaction() as db:
+            replaced = (
+                db.execute(
+                    "SELECT 1 FROM local_alarms WHERE session_id = ?", (session_id,)
+                ).fetchone()
+                is not None
+            )
             db.execute(
                 "INSERT INTO local_alarms (session_id, at) VALUES (?, ?) "
                 "ON CONFLICT (session_id) DO UPDATE SET at = excluded.at",
                 (session_id, at),
             )
         self._poke()
+        return replaced
 
     def disarm(self, session_id: str) -> None:
         """Remove the session's alarm, if any."""
@@ -143,7 +154,8 @@ class LocalAlarms:
             session_id, at = alarm.session_id, alarm.at
             body = alarm_body(session_id, at, self.ids.new_id("arm-"))
             for _ in range(self._copies(alarm)):
-                self._send(session_id, body)
+                # No deduplication id, as Scheduler sends: the queue deduplicates by content.
+                self.queue.send(session_id, body)
             with self.db.transaction() as db:
                 db.execute(
                     "DELETE FROM local_alarms WHERE session_id = ? AND at = ?", (session_id, at)
@@ -151,14 +163,6 @@ class LocalAlarms:
             fired.append(session_id)
             log.info("alarm fired for session %s", session_id)
         return fired
-
-    def _send(self, session_id: str, body: str) -> None:
-        if hasattr(self.queue, "send"):
-            sender: _BodySender = self.queue  # type: ignore[assignment]
-            # No deduplication id, as Scheduler sends: the queue deduplicates by content.
-            sender.send(session_id, body)
-        else:
-            self.queue.wake(session_id, "alarm")
 
     def _next_at(self) -> float | None:
         fires = [self.fires_at(alarm) for alarm in self.alarms()]

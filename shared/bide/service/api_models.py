@@ -6,9 +6,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SESSION_ID_PATTERN = r"^[A-Za-z0-9_.:@=+-]{1,128}$"
+from .paths import MAX_NAME as MAX_NAME  # re-exported: routes_api takes them from here
+from .paths import SESSION_ID_PATTERN as SESSION_ID_PATTERN
+
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9_.:@=+-]{1,128}$"
-MAX_NAME = 256  # task ids, signal names and keys in a path
 MAX_CONTENT_CHARS = 100_000  # one user input; larger text belongs in a document or a file
 
 
@@ -40,7 +41,8 @@ class SubmitInput(BaseModel):
     )
     when_busy: Literal["steer", "follow_up", "reject"] = Field(
         default="follow_up",
-        description="what to do while a run is going: join it at its next boundary (steer), "
+        description="what to do while a run is going: interrupt its tool calls and be answered "
+        "next by it (steer), "
         "start after it (follow_up) or refuse (reject)",
     )
 
@@ -221,8 +223,8 @@ class Delivery(BaseModel):
 
 
 class WorkflowView(BaseModel):
-    """``GET /sessions/{session_id}/workflow``: open questions, sign-ins, background tasks
-    and pending approvals."""
+    """``GET /sessions/{session_id}/workflow``: open questions, sign-ins, background tasks,
+    pending approvals and runs that failed on non-determinism."""
 
     asks: list[dict[str, Any]]
     authorizations: list[dict[str, Any]]
@@ -231,6 +233,11 @@ class WorkflowView(BaseModel):
         default_factory=list,
         description="approvals waiting for a decision (bide.approvals), with the arguments "
         "of the call they would let run",
+    )
+    nondeterminism: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="workflow runs that failed because their body no longer replays its "
+        "recorded history (task_id, tool, position, reason, message, detected_at)",
     )
 
 

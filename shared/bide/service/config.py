@@ -20,7 +20,6 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..app import load_app
 from ..constants import (
     DEFAULT_SAFETY_MARGIN_MS,
     ENV_ADMIN_PRINCIPALS,
@@ -204,7 +203,7 @@ class _WebhookKeysNotConfigured:
 class _AlarmsNotConfigured:
     """Stands in for the Scheduler in functions that never arm (signal, api)."""
 
-    def arm(self, session_id: str, at: float) -> None:
+    def arm(self, session_id: str, at: float) -> bool:
         """Refuse: this function has no scheduler settings."""
         raise ConfigError(_no_alarms())
 
@@ -227,6 +226,9 @@ def deps_from_env(
     """Build a function's :class:`Deps` from its environment (or from ``settings``): the
     DynamoDB store (S3 offload to the bucket; commit conflicts counted), the SQS wake queue,
     Scheduler alarms when configured, and the app named by ``BIDE_APP``."""
+    # Imported here, not at the top: the app pulls in what its tasks use, and the AWS
+    # adapters import botocore; a function pays for them when it first configures itself.
+    from ..app import load_app
     from ..aws.dynamodb import DynamoDBStore
     from ..aws.scheduler import SchedulerAlarms
     from ..aws.sqs import SqsDeadLetters, SqsWakeQueue

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..app import App
 from ..aws.ports import Alarms, DeadLetters, WakeQueue
-from ..constants import WORKER_LEASE_SECONDS
+from ..constants import NONDETERMINISM_SINK, WORKER_LEASE_SECONDS
 from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
 from ..engine.store.base import Store
 from ..tools.webhook_keys import WEBHOOK_KEYS_SERVICE, WebhookKeys, process_keys
+from . import observability as obs
+
+if TYPE_CHECKING:
+    from ..app import App  # the app's tasks and tools: imported by whoever builds Deps
 
 
 @dataclass
@@ -51,5 +54,6 @@ class Deps:
         return {
             "webhook_base_url": self.webhook_base_url,
             WEBHOOK_KEYS_SERVICE: self.webhook_keys,
+            NONDETERMINISM_SINK: obs.workflow_nondeterminism,
             **self.services,
         }

@@ -12,6 +12,7 @@ both are built by :func:`resolver` and served by one loop (:func:`_serve`): the 
 matching and validation, the same 404 for an unknown route, the same lock keeping two
 requests on one event loop apart. :func:`handle_worker` (SQS batches of session wakes)
 lives in :mod:`bide.service.worker_batch` and is re-exported here, as is :func:`run`.
+Routes and the worker are imported on first use, so each function loads its own path only.
 
 The entry points are ``async``; synchronous callers (a Lambda handler) use :func:`run`. None
 answers bad input with a 5xx: a 5xx means the service failed (503: try again).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import re
 import weakref
 from collections.abc import AsyncIterator, Callable
@@ -29,15 +31,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import observability as obs
-from . import routes_api, routes_signal
 from .deps import Deps
-from .routes_api import API_ROUTES
-from .routes_signal import SIGNAL_ROUTES
 from .transport import hostile_json, json_response, json_text, run, unreadable_body
-from .worker_batch import handle_worker
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+
+    from .routes_api import API_ROUTES
+    from .routes_signal import SIGNAL_ROUTES
+    from .worker_batch import handle_worker
 
 __all__ = [
     "API",
@@ -76,10 +78,41 @@ class RouteGroup:
     lenient_paths: bool = False
 
 
+# Each group's routes are imported when its resolver is built: a function imports only the
+# routes it serves (the signal function never loads the sessions API's models).
+def _register_api(app: APIGatewayHttpResolver, deps: Deps | None) -> None:
+    from .routes_api import register
+
+    register(app, deps)
+
+
+def _register_signal(app: APIGatewayHttpResolver, deps: Deps | None) -> None:
+    from .routes_signal import register
+
+    register(app, deps)
+
+
+#: Names re-exported from the modules that define them, imported on first use (PEP 562).
+_LAZY = {
+    "API_ROUTES": "routes_api",
+    "SIGNAL_ROUTES": "routes_signal",
+    "handle_worker": "worker_batch",
+}
+
+
+if not TYPE_CHECKING:  # mypy checks names against the imports above
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+
+
 #: The sessions API. Powertools decodes the JSON bodies its routes take as UTF-8.
 API = RouteGroup(
     name="api",
-    register=routes_api.register,
+    register=_register_api,
     failure_log="sessions API request failed",
     failure_error="internal error",
     text_bodies_only=True,
@@ -87,7 +120,7 @@ API = RouteGroup(
 #: Signals and webhooks: bodies are bytes (a webhook's signature covers them as sent).
 SIGNAL = RouteGroup(
     name="signal",
-    register=routes_signal.register,
+    register=_register_signal,
     failure_log="signal delivery failed",
     failure_error="internal error; the signal may not be stored",
     text_bodies_only=False,

@@ -45,6 +45,7 @@ DEAD_LETTERED_WAKES = "DeadLetteredWakes"  # wakes the worker dead-lettered on t
 SIGNAL_RESULTS = "SignalResults"  # dimensions result, route
 COMMIT_CONFLICTS = "CommitConflicts"  # commits refused because another writer got there first
 HANDLER_FAILURES = "HandlerFailures"  # dimension function: api | signal; requests answered 500
+WORKFLOW_NONDETERMINISM = "WorkflowNondeterminism"  # workflow runs failed: body != history
 
 #: Every metric :func:`count` may emit: name -> the names of the dimensions it is counted
 #: under. :func:`count` refuses anything else, so this is the whole set of custom metrics the
@@ -60,6 +61,7 @@ METRICS: dict[str, frozenset[str]] = {
     SIGNAL_RESULTS: frozenset({"result", "route"}),
     COMMIT_CONFLICTS: frozenset(),
     HANDLER_FAILURES: frozenset({"function"}),
+    WORKFLOW_NONDETERMINISM: frozenset(),
 }
 
 #: The dimension Powertools adds to every EMF blob that has a service name
@@ -156,6 +158,17 @@ class ObservedStore(StoreWrapper):
         except ConflictError:
             count(COMMIT_CONFLICTS)
             raise
+
+
+def workflow_nondeterminism(session_id: str, details: dict[str, Any]) -> None:
+    """The harness service :data:`bide.workflow.nondeterminism.NONDETERMINISM_SINK`: a workflow run
+    failed because its body no longer replays its history (a deploy changed a body with runs
+    in flight). One error log line and one count of :data:`WORKFLOW_NONDETERMINISM`."""
+    logger.error(
+        "workflow non-determinism",
+        extra={"session_id": session_id, "nondeterminism": details},
+    )
+    count(WORKFLOW_NONDETERMINISM)
 
 
 def tracing_enabled() -> bool:

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from ..engine.errors import ConflictError, DefinitionError, StoreUnavailable
 from ..engine.rules import SignalDecision
 from . import observability as obs
-from .api_models import MAX_NAME, SESSION_ID_PATTERN
 from .deps import Deps
 from .owners import NoPrincipal, NotAllowed, caller_of, check_access
+from .paths import MAX_NAME, SESSION_ID_PATTERN
 from .signals import STATUS_OF, deliver, deliver_webhook, parse_json_body
 from .transport import BUSY_ERROR, RETRY_AFTER, json_text, request_body, require
 from .webhooks import WebhookRejected, parse_token

@@ -14,9 +14,16 @@ thing. Designs 000 and 003 give the behaviour:
   :class:`FatalError` is not retried; never re-run on replay), ``ctx.sleep(hours=4)``,
   ``ctx.wait_for(token, key, timeout=)``, ``ctx.ask(prompt, display=, options=,
   allow_freeform=)`` -> :class:`AskAnswer`, ``hook = await ctx.webhook()`` then ``await hook``
-  / ``async for body in hook``, ``ctx.agent(key=, target=, message=)`` and
-  ``ctx.race(op, timeout=)``. An operation whose kind or name differs from the one recorded
-  at its position raises :class:`NonDeterminism` and fails the run.
+  / ``async for body in hook``, ``ctx.agent(key=, target=, message=)``,
+  ``ctx.first(a, b, timeout=)`` (a :class:`RaceResult`: ``winner``/``value`` or
+  ``timed_out``) and ``ctx.race(op, timeout=)`` (the value or None); losers stay usable
+  (:mod:`bide.workflow.ops.race`). A body is an ``async def``: anything else is refused at
+  definition.
+* **Replay checks**: an operation whose kind, name or arguments (a digest kept in its record)
+  differ from the history at its position, or a body that ends with fewer operations than
+  the history holds, raises :class:`NonDeterminism` and fails the run; it is reported to an
+  operator (a ``wf/nondeterminism/<task>`` document in :func:`view_in`, the harness service
+  ``workflow_nondeterminism``: a log line and a metric on the service).
 * **Progress and messages**: ``ctx.progress(value)`` is stream-only (the services'
   ``workflow_progress`` sink; last write wins; never the result). A background body's
   ``await task.post_message(text)`` wakes the parent conversation with a message attributed
@@ -65,7 +72,7 @@ from .index import (
     end_session_in,
     task_cancel_tool,
 )
-from .ops import Op, RetryPolicy, Webhook
+from .ops import Op, RaceResult, RetryPolicy, Webhook
 from .requests import (
     AskAnswer,
     AskOption,
@@ -91,6 +98,7 @@ __all__ = [
     "InputRequest",
     "NonDeterminism",
     "Op",
+    "RaceResult",
     "RetryPolicy",
     "StepContext",
     "StepFailed",

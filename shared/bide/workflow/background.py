@@ -284,7 +284,7 @@ async def _run(kinds: _Kinds, task: TaskView, rt: Runtime, *, wake: Any, checkpo
         elif isinstance(outcome, Finished):
             await _end(kinds, task, rt, "completed", result=_payload(outcome.value))
         elif isinstance(outcome, Errored):
-            await _end(kinds, task, rt, "failed", error=outcome.error)
+            await _end(kinds, task, rt, "failed", error=outcome.error, why=outcome.nondeterminism)
         return
     api = ToolExecutionApi(rt, kinds.registry, wake=wake, checkpoint=checkpoint)
     try:
@@ -336,9 +336,11 @@ async def _end(
     *,
     result: Any = None,
     error: str | None = None,
+    why: dict[str, Any] | None = None,
 ) -> None:
     """One commit: the task's end, its index entry, its requests withdrawn and (for a
-    completion or a failure) the parent's notification."""
+    completion or a failure) the parent's notification. ``why``: the non-determinism that
+    failed it (kept in the index entry and the outcome, for an operator)."""
     spec = _spec(task)
     requests = open_requests(rt)
     outcome: Outcome
@@ -356,6 +358,8 @@ async def _end(
         withdraw(tx, requests)
         info = tx.get_doc(index_key(task.id)) or _info(task.id, spec, tx.now()).model_dump()
         ended = {"status": status, "ended_at": tx.now(), "result": result, "error": error}
+        if why is not None:
+            ended["nondeterminism"] = why
         tx.put_doc(index_key(task.id), {**info, **ended})
         if status != "cancelled":
             _submit(kinds, tx, spec, task.id, text, "end")

@@ -17,6 +17,7 @@ any later wait raises ``Cancelled`` again.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,7 @@ from ..tools.results import Sleep
 from .auth import providers_of, resolved
 from .errors import AuthorizationRequired, Cancelled, NonDeterminism, WorkflowError, _Suspend
 from .history import WAKE, has_history, memos, op_memo, result_memo, seq_key
+from .nondeterminism import fewer_operations, report_nondeterminism
 from .ops import (
     AgentOp,
     AskOp,
@@ -34,6 +36,7 @@ from .ops import (
     Op,
     Pending,
     RaceOp,
+    RaceResult,
     Raise,
     Ready,
     RetryPolicy,
@@ -161,6 +164,7 @@ class WorkflowContext:
         self._step: StepContext | None = None
         self._replaying = has_history(host.rt)
         self._agent_keys: set[str] = set()
+        self._lambda_steps: dict[str, int] = {}
         self.last_progress: Any = None
         """The last progress value this run reported (last write wins)."""
 
@@ -197,9 +201,41 @@ class WorkflowContext:
         self, fn: Callable[..., Any], *, name: str | None = None, retry: RetryPolicy | None = None
     ) -> StepOp:
         """Run ``fn`` (sync or async; taking a :class:`StepContext` or nothing) once and
-        record its JSON result; retried by ``retry`` (default 3 attempts, parked backoff)."""
-        label = name or str(getattr(fn, "__name__", "step"))
-        return StepOp(self, fn, label, retry or DEFAULT_RETRY)
+        record its JSON result; retried by ``retry`` (default 3 attempts, parked backoff).
+
+        Without ``name`` the step is named after ``fn``: its ``__name__`` for a named
+        function; a lambda gets ``<enclosing function>.<lambda>#<n>``, ``n`` counting the
+        lambda steps of that function in this run (renaming the enclosing function or
+        reordering its lambda steps changes the names: deploy such a change only when no run
+        of the old code is in flight, or pass ``name=``)."""
+        if name is not None:
+            return StepOp(self, fn, name, retry or DEFAULT_RETRY)
+        label, legacy = self._step_name(fn)
+        op = StepOp(self, fn, label, retry or DEFAULT_RETRY)
+        op.aliases = legacy
+        return op
+
+    def _step_name(self, fn: Callable[..., Any]) -> tuple[str, tuple[str, ...]]:
+        """A default step name, and the names versions before it recorded for the same step
+        (accepted on replay, so histories recorded by them still replay)."""
+        inner = getattr(fn, "func", fn)  # a functools.partial is named after its function
+        base = getattr(inner, "__name__", None)
+        if base is None:
+            return type(inner).__name__, ("step",)
+        if base != "<lambda>":
+            # Versions before these names called a partial (no __name__ of its own) "step".
+            return str(base), ("step",) if inner is not fn else ()
+        # "outer.<locals>.body.<locals>.<lambda>" -> "body"; comprehension scopes are
+        # skipped (whether they have their own scope depends on the Python version).
+        parts = [
+            p
+            for p in str(getattr(inner, "__qualname__", base)).split(".")
+            if p != "<locals>" and not (p.startswith("<") and p != "<lambda>")
+        ]
+        enclosing = parts[-2] if len(parts) >= 2 else ""
+        stem = f"{enclosing}.<lambda>" if enclosing else "<lambda>"
+        self._lambda_steps[stem] = ordinal = self._lambda_steps.get(stem, 0) + 1
+        return f"{stem}#{ordinal}", ("<lambda>",)
 
     def sleep(
         self,
@@ -253,13 +289,28 @@ class WorkflowContext:
         return AgentOp(self, key, target, message)
 
     def race(
-        self, op: Op[T], *, timeout: float | None = None, until: float | None = None
-    ) -> RaceOp[T]:
+        self, op: Op[Any], *, timeout: float | None = None, until: float | None = None
+    ) -> Op[Any]:
         """``op``'s value if it resolves before the deadline (``timeout`` seconds from the
-        first evaluation, or the clock time ``until``), else None."""
+        first evaluation, or the clock time ``until``), else None. ``op`` stays usable:
+        await or race it again later (see :mod:`bide.workflow.ops.race` for each kind).
+
+        None cannot tell a timeout from a value of JSON ``null`` (a ``wait_for`` or a
+        webhook request may carry one): use :meth:`first`, whose result says ``timed_out``."""
         if timeout is None and until is None:
-            raise WorkflowError("a race needs timeout= or until=")
-        return RaceOp(self, [op], timeout, until)
+            raise WorkflowError("a race needs timeout= or until= (or use ctx.first)")
+        return RaceOp(self, [op], timeout, until, legacy=True)
+
+    def first(
+        self, *ops: Op[Any], timeout: float | None = None, until: float | None = None
+    ) -> Op[RaceResult[Any]]:
+        """Race waits against each other (and against an optional deadline): a
+        :class:`~bide.workflow.ops.RaceResult` naming the ``winner`` (its position among
+        ``ops``) and its ``value``, or ``timed_out`` when the deadline came first. Losers stay
+        usable. ``result = await ctx.first(ctx.ask(...), hook.next(), timeout=3600)``."""
+        if len(ops) < 2 and timeout is None and until is None:
+            raise WorkflowError("ctx.first needs two operations or a deadline (timeout=/until=)")
+        return RaceOp(self, ops, timeout, until)
 
     def progress(self, value: Any) -> None:
         """Report progress: stream-only and in memory (last write wins per call); it never
@@ -313,10 +364,18 @@ class WorkflowContext:
             raise self._nondeterminism
 
     def _same(self, op: Op[Any], record: dict[str, Any]) -> None:
-        if (record.get("op"), record.get("name")) != (op.kind, op.name):
+        """Non-determinism unless ``record`` is ``op`` as first evaluated: its kind, its name
+        (or a name an older version gave it) and, when the record has one, the digest of its
+        arguments (records made before digests existed are not checked)."""
+        recorded = (str(record.get("op")), str(record.get("name")))
+        named = recorded[1] == op.name or recorded[1] in op.aliases
+        if recorded[0] != op.kind or not named:
+            self._nondeterminism = NonDeterminism(op.seq, recorded, (op.kind, op.name))
+        elif "args" in record and record["args"] != op.digest():
             self._nondeterminism = NonDeterminism(
-                op.seq, (str(record.get("op")), str(record.get("name"))), (op.kind, op.name)
+                op.seq, recorded, (op.kind, op.name), reason="arguments"
             )
+        if self._nondeterminism is not None:
             raise self._nondeterminism
 
     async def _perform(self, op: Op[T]) -> T:
@@ -431,10 +490,11 @@ class Finished:
 
 @dataclass(frozen=True)
 class Errored:
-    """The body raised; the run fails with ``error``."""
+    """The body raised; the run fails with ``error``. ``nondeterminism``: the body no
+    longer replays its history (:meth:`NonDeterminism.describe`), already reported."""
 
     error: str
-    nondeterminism: bool = False
+    nondeterminism: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -468,15 +528,24 @@ async def run_body(
     failure: Exception | None = None
     value: Any = None
     try:
-        value = await (body(args, ctx, TaskHandle(ctx)) if with_task else body(args, ctx))
+        running = body(args, ctx, TaskHandle(ctx)) if with_task else body(args, ctx)
+        if not inspect.isawaitable(running):
+            raise WorkflowError(
+                f"the body of {host.tool!r} returned {type(running).__name__}, not an awaitable: "
+                "define it as `async def body(args, ctx)` and await its operations"
+            )
+        value = await running
     except (_Suspend, Cancelled):
         pass
     except Exception as exc:
         failure = exc
     if ctx._dead is not None:
         raise ctx._dead
+    if ctx._nondeterminism is None and not ctx._suspended and not cancelling:
+        ctx._nondeterminism = fewer_operations(host.rt, ctx._seq)
     if ctx._nondeterminism is not None:
-        return Errored(str(ctx._nondeterminism), nondeterminism=True)
+        details = await report_nondeterminism(host, ctx._nondeterminism)
+        return Errored(str(ctx._nondeterminism), nondeterminism=details)
     if ctx._suspended and not cancelling:
         assert ctx._park is not None
         return Parked(ctx._park)  # even when the body swallowed the suspension

@@ -28,6 +28,7 @@ means the result ``null``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -78,6 +79,7 @@ def define_workflow_tool(
     calls ``step.idempotency_key``). ``agents`` maps the names ``ctx.agent(target=...)`` may
     use to agents. A cancelled body gets ``grace`` seconds to unwind.
     """
+    _async_body(name, body)
     shape = body_shape(name, lifetime, "workflow", body)
     _validated(name, description, parameters, replay, concurrency)
     if lifetime == "task":
@@ -97,6 +99,31 @@ def define_workflow_tool(
         body_replay="safe",
         agents=dict(agents or {}),
         grace=grace,
+    )
+
+
+def _async_body(name: str, body: Callable[..., Any]) -> None:
+    """Refuse, at definition, a body that could only fail when it runs: replay awaits a
+    coroutine, so the body must be an ``async def`` (or a callable whose ``__call__`` is)."""
+    if not callable(body):
+        return  # body_shape says so
+    call = getattr(body, "__call__", None)  # noqa: B004 - an object whose __call__ is async
+    if inspect.isasyncgenfunction(body) or inspect.isasyncgenfunction(call):
+        raise DefinitionError(
+            f"tool {name!r}: its body is an async generator; a workflow body returns its "
+            "result: use `async def` with `ctx.progress(value)` where it yields progress, "
+            "`await task.post_message(text)` where it yields a message, and `return` the result"
+        )
+    if inspect.iscoroutinefunction(body) or inspect.iscoroutinefunction(call):
+        return
+    what = "a lambda" if getattr(body, "__name__", "") == "<lambda>" else "not an `async def`"
+    if inspect.isgeneratorfunction(body):
+        what = "a generator function"
+    raise DefinitionError(
+        f"tool {name!r}: its body is {what}; a workflow body is replayed as a coroutine: "
+        "define it as `async def body(args, ctx)` (`body(args, ctx, task)` for "
+        "lifetime='task') and await its operations; to reuse another function, wrap it: "
+        "`async def body(args, ctx): return await other(args, ctx)`"
     )
 
 
@@ -157,7 +184,10 @@ def _replayed(name: str) -> tuple[Any, Any]:
         if isinstance(outcome, Finished):
             return result_of_value(outcome.value)
         assert isinstance(outcome, Errored)
-        return ToolResult.error(ToolErrorCode.TOOL_ERROR, outcome.error)
+        details = (
+            None if outcome.nondeterminism is None else {"nondeterminism": outcome.nondeterminism}
+        )
+        return ToolResult.error(ToolErrorCode.TOOL_ERROR, outcome.error, details=details)
 
     async def cancel(args: Any, api: ToolExecutionApi) -> None:
         tool = _resolve(api, name)

@@ -73,19 +73,60 @@ class SubagentFailed(BideError):
 
 
 class NonDeterminism(BideError):
-    """The body asked for a different operation than its history recorded at the same
-    position: the code (or something it read outside a step) changed between runs. The run
-    ends with this error; it is raised again by every later operation of the run."""
+    """The body no longer replays its history: the code (or something it read outside a
+    step) changed between runs. Three checks find it:
 
-    def __init__(self, position: int, recorded: tuple[str, str], requested: tuple[str, str]):
+    * ``reason="operation"``: a different kind or name at a recorded position;
+    * ``reason="arguments"``: the same operation with other arguments (their digest, kept
+      with the record since digests exist, differs; older records are not checked);
+    * ``reason="count"``: the body ended having asked for fewer operations than its history
+      holds (``requested`` is then ``("end", "")``).
+
+    The run ends failed with this error (an ``except`` in the body does not help: every later
+    operation raises it again), and the host is told (see :mod:`bide.workflow.nondeterminism`)."""
+
+    def __init__(
+        self,
+        position: int,
+        recorded: tuple[str, str],
+        requested: tuple[str, str],
+        *,
+        reason: str = "operation",
+    ) -> None:
         self.position = position
         self.recorded = recorded
         self.requested = requested
+        self.reason = reason
+        if reason == "count":
+            what = (
+                f"the body ended after {position - 1} operation(s), but the history holds "
+                f"{recorded[0]} {recorded[1]!r} at operation {position}"
+            )
+        elif reason == "arguments":
+            what = (
+                f"the history recorded {recorded[0]} {recorded[1]!r} with other arguments "
+                "than the body now passes"
+            )
+        else:
+            what = (
+                f"the history recorded {recorded[0]} {recorded[1]!r}, the body now asks for "
+                f"{requested[0]} {requested[1]!r}"
+            )
         super().__init__(
-            f"non-determinism at operation {position}: the history recorded "
-            f"{recorded[0]} {recorded[1]!r}, the body now asks for {requested[0]} "
-            f"{requested[1]!r}; a body must replay the same operations in the same order"
+            f"non-determinism at operation {position}: {what}; a body must replay the same "
+            "operations, with the same arguments, in the same order (finish or cancel runs "
+            "started by the old code before deploying a changed body)"
         )
+
+    def describe(self) -> dict[str, object]:
+        """The error as JSON (what the task's outcome and the workflow view show)."""
+        return {
+            "position": self.position,
+            "reason": self.reason,
+            "recorded": {"op": self.recorded[0], "name": self.recorded[1]},
+            "requested": {"op": self.requested[0], "name": self.requested[1]},
+            "message": str(self),
+        }
 
 
 class Cancelled(BaseException):

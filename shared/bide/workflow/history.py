@@ -4,9 +4,11 @@ A workflow body's history is kept in its task's memos, which are first-writer-wi
 after a crash records the same thing the first run did, or finds what it recorded. Every
 durable operation gets the next sequence number ``n`` when the body creates it:
 
-* ``wf.<n>``: the operation as first evaluated, ``{"op": kind, "name": name, ...}`` with the
-  values that must not change on replay (a sleep's ``until``, an ask's document, a webhook's
-  secret). A different kind or name at the same position on replay is non-determinism.
+* ``wf.<n>``: the operation as first evaluated, ``{"op": kind, "name": name, ..., "args":
+  digest}`` with the values that must not change on replay (a sleep's ``until``, an ask's
+  document, a webhook's nonce) and a digest of the arguments the body passed. A different
+  kind, name or (when the record has one: older ones do not) digest at the same position on
+  replay is non-determinism, and so is a body that ends with fewer operations than recorded.
 * ``wf.<n>.r``: its resolution, ``{"v": value}`` or ``{"error": {...}}``. A resolved
   operation returns this on every replay and never runs again.
 * ``wf.<n>.t<k>``: attempt ``k`` of a step that did not finish it: a failure waiting for its

@@ -19,6 +19,7 @@ from ..tools.webhooks import WebhookRejected, resolve
 from .auth import providers_of, resolved
 from .history import WEBHOOK
 from .index import background_tasks
+from .nondeterminism import NONDETERMINISM_PREFIX
 from .requests import auth_key, complete_in, pending_asks, pending_authorizations
 
 
@@ -36,11 +37,15 @@ async def complete_authorization_in(harness: Harness, request_id: str, token: st
 
 
 def view_in(harness: Harness) -> dict[str, Any]:
-    """What a UI shows beside the transcript: open questions, open sign-ins, the task index."""
+    """What a UI shows beside the transcript: open questions, open sign-ins, the task index,
+    and every run that failed because its body no longer replays its history (oldest
+    first: fix or roll back the deploy that changed the body)."""
+    found = [d.body for d in harness.list_docs(NONDETERMINISM_PREFIX)]
     return {
         "asks": [a.model_dump(mode="json") for a in pending_asks(harness)],
         "authorizations": [a.model_dump(mode="json") for a in pending_authorizations(harness)],
         "tasks": [t.model_dump(mode="json") for t in background_tasks(harness)],
+        "nondeterminism": sorted(found, key=lambda d: (d.get("detected_at", 0.0), d["task_id"])),
     }
 
 

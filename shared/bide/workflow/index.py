@@ -40,6 +40,10 @@ class BackgroundTaskInfo(BaseModel):
     ended_at: float | None = None
     result: Any = None
     error: str | None = None
+    nondeterminism: dict[str, Any] | None = Field(
+        default=None,
+        description="set when the task failed because its body no longer replays its history",
+    )
     messages: int = 0
 
 

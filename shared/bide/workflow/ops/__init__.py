@@ -16,7 +16,7 @@ from ..history import WAKE
 from .agents import AgentOp, MessageOp
 from .asks import AskOp
 from .base import Op, Outcome, Pending, Raise, Ready, describe
-from .race import RaceOp
+from .race import RaceOp, RaceResult
 from .steps import RetryPolicy, StepOp
 from .waits import SleepOp, WaitForOp
 from .webhooks import NextRequestOp, Webhook, WebhookOp
@@ -31,6 +31,7 @@ __all__ = [
     "Outcome",
     "Pending",
     "RaceOp",
+    "RaceResult",
     "Raise",
     "Ready",
     "RetryPolicy",

@@ -12,7 +12,7 @@ from ...agent.conversation import (
     owned_conversation_id,
     read_submission,
 )
-from ...engine.signals import SignalExpired
+from ...engine.signals import SignalExpired, SignalValue
 from ..errors import SubagentFailed, WorkflowError
 from ..history import seq_key
 from .base import Op, Outcome, Pending, Ready
@@ -34,8 +34,17 @@ class AgentOp(Op[str]):
         self._conversation = owned_conversation_id(ctx.task_id, f"agent:{key}")
         self._request_id = f"wf:{ctx.task_id}:{key}"
 
+    def arguments(self) -> Any:
+        return {"target": self._target, "message": self._message}
+
     def params(self) -> dict[str, Any]:
-        return {"target": self._target, "conversation": self._conversation}
+        # "stream": the settlement goes to the first open key wf.<seq>.<i>, so a race that
+        # woke at a deadline (expiring the key it listed) leaves the subagent awaitable.
+        return {"target": self._target, "conversation": self._conversation, "notify": "stream"}
+
+    def _notify_key(self, record: dict[str, Any]) -> str:
+        # Records from before streams carry no "notify": their settlement goes to wf.<seq>.
+        return seq_key(self.seq) + (".*" if record.get("notify") == "stream" else "")
 
     def begin(self, tx: Any, record: dict[str, Any]) -> None:
         from ...agent.agent import submit_in
@@ -49,7 +58,7 @@ class AgentOp(Op[str]):
             self._conversation,
             self._message,
             request_id=self._request_id,
-            notify=Notify(task_id=ctx.task_id, key=seq_key(self.seq)),
+            notify=Notify(task_id=ctx.task_id, key=self._notify_key(record)),
             source=f"task:{ctx.task_id}",
         )
 
@@ -64,10 +73,21 @@ class AgentOp(Op[str]):
                     "error": submission.error,
                 }
             )
-        state = await rt.read_signal(SUBMISSION_SETTLED, seq_key(self.seq))
-        if isinstance(state, SignalExpired):
-            raise WorkflowError(f"the wait for subagent {self.name!r} expired at a deadline")
-        return Pending(keys=(SUBMISSION_SETTLED.key(seq_key(self.seq)),))
+        if record.get("notify") != "stream":
+            state = await rt.read_signal(SUBMISSION_SETTLED, seq_key(self.seq))
+            if isinstance(state, SignalExpired):
+                raise WorkflowError(f"the wait for subagent {self.name!r} expired at a deadline")
+            return Pending(keys=(SUBMISSION_SETTLED.key(seq_key(self.seq)),))
+        index = 0
+        while True:  # the first member no deadline expired: the settlement lands there
+            key = seq_key(self.seq, index)
+            state = await rt.read_signal(SUBMISSION_SETTLED, key)
+            if isinstance(state, SignalValue):  # the settlement's own signal: it is the truth
+                settled = SUBMISSION_SETTLED.dump(state.value)
+                return Ready({k: settled.get(k) for k in ("status", "answer", "error")})
+            if state is None:
+                return Pending(keys=(SUBMISSION_SETTLED.key(key),))
+            index += 1
 
     async def decode(self, stored: dict[str, Any]) -> str:
         value = stored["v"]
@@ -85,6 +105,9 @@ class MessageOp(Op[None]):
     def __init__(self, ctx: WorkflowContext, text: str) -> None:
         super().__init__(ctx, "post_message")
         self._text = text
+
+    def arguments(self) -> Any:
+        return {"text": self._text}
 
     async def poll(self, record: dict[str, Any]) -> Outcome:
         ctx = self._ctx

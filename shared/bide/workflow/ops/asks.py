@@ -46,6 +46,15 @@ class AskOp(Op[AskAnswer]):
         """The question's id (what an answer names)."""
         return self._request.id
 
+    def arguments(self) -> Any:
+        # Defaults left out: a field a later version adds to AskOption (with a default)
+        # must not change the digest of questions asked before it existed.
+        return self._request.model_dump(
+            mode="json",
+            include={"prompt", "display", "options", "allow_freeform"},
+            exclude_defaults=True,
+        )
+
     def params(self) -> dict[str, Any]:
         return {"doc": ask_key(self._request.id)}
 

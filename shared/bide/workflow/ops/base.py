@@ -11,6 +11,7 @@ for the record format.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -34,9 +35,12 @@ class Ready:
 
 @dataclass(frozen=True)
 class Raise:
-    """Resolved with an error: recorded, and raised on every replay."""
+    """Resolved with an error: recorded, and raised on every replay. ``lost``: the error is
+    that the operation's key expired at an earlier deadline, so in a race it never wins (the
+    race's deadline or another operation does)."""
 
     error: dict[str, Any]
+    lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ class Op(Generic[T]):
         self._ctx = ctx
         self.seq = ctx._next_seq()
         self.name = name
+        self.aliases: tuple[str, ...] = ()
+        """Names older versions recorded for this operation (accepted on replay)."""
 
     def __await__(self) -> Generator[Any, None, T]:
         return self._ctx._perform(self).__await__()
@@ -73,9 +79,21 @@ class Op(Generic[T]):
         """Values fixed at the first evaluation and kept in the record (e.g. a deadline)."""
         return {}
 
+    def arguments(self) -> Any:
+        """What the body passed to create the operation, as JSON (what its digest covers).
+        A replay passing other arguments is non-determinism. Values computed at the first
+        evaluation (a deadline from the clock, a nonce) are not arguments. The digest must
+        stay the same across versions for the same call: a new argument enters it only when
+        it is not at its default."""
+        return None
+
+    def digest(self) -> str:
+        """A stable digest of :meth:`arguments` (kept in the record as ``"args"``)."""
+        return digest_of(self.arguments())
+
     def record(self) -> dict[str, Any]:
         """The operation's record, as first evaluated."""
-        return {"op": self.kind, "name": self.name, **self.params()}
+        return {"op": self.kind, "name": self.name, **self.params(), "args": self.digest()}
 
     def begin(self, tx: Any, record: dict[str, Any]) -> None:
         """Side writes committed with the record of a wait (e.g. publishing a question)."""
@@ -87,6 +105,15 @@ class Op(Generic[T]):
     async def decode(self, stored: dict[str, Any]) -> T:
         """The value a recorded resolution stands for (or the error it raises)."""
         return stored.get("v")  # type: ignore[return-value]
+
+
+def digest_of(value: Any) -> str:
+    """A digest of a JSON value that does not depend on key order, the process or the
+    Python version: canonical JSON (sorted keys, no spaces), SHA-256, 16 bytes in hex."""
+    text = json.dumps(
+        value, sort_keys=True, separators=(",", ":"), default=lambda o: type(o).__qualname__
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def describe(value: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...engine.signals import SignalExpired, SignalToken, SignalValue
-from ..errors import WaitTimeout, WorkflowError
+from ..errors import WaitTimeout
 from .base import Op, Outcome, Pending, Raise, Ready
 
 if TYPE_CHECKING:
@@ -23,6 +23,9 @@ class SleepOp(Op[None]):
         super().__init__(ctx, name)
         self._seconds = seconds
         self._until = until
+
+    def arguments(self) -> Any:
+        return {"seconds": self._seconds, "until": self._until}
 
     def params(self) -> dict[str, Any]:
         until = self._until if self._until is not None else self._ctx._rt.now() + self._seconds
@@ -52,6 +55,9 @@ class WaitForOp(Op[T]):
         self._key = key
         self._timeout = timeout
 
+    def arguments(self) -> Any:
+        return {"signal": self._token.name, "key": self._key, "timeout": self._timeout}
+
     def params(self) -> dict[str, Any]:
         now = self._ctx._rt.now()
         return {"until": None if self._timeout is None else now + self._timeout}
@@ -65,9 +71,13 @@ class WaitForOp(Op[T]):
         if until is not None and rt.now() >= until:
             return Raise({"type": "WaitTimeout", "message": f"no {self.name!r} in time"})
         if isinstance(state, SignalExpired):
-            raise WorkflowError(
-                f"signal key {self.name!r} expired at an earlier deadline; wait on a new key"
+            # A race it was in (or an earlier wait on the key) woke at a deadline: senders are
+            # told "closed" from then on (design 001's deadline race), so it can only time out.
+            message = (
+                f"no {self.name!r}: its key expired at an earlier deadline (of a race it lost, "
+                "or of an earlier wait on the same key); wait on a new key"
             )
+            return Raise({"type": "WaitTimeout", "message": message}, lost=True)
         return Pending(keys=(self._token.key(self._key),), until=until)
 
     async def decode(self, stored: dict[str, Any]) -> T:

@@ -80,6 +80,9 @@ class NextRequestOp(Op[Any]):
         super().__init__(ctx, name)
         self._hook = hook
 
+    def arguments(self) -> Any:
+        return {"hook": self._hook.seq}
+
     def params(self) -> dict[str, Any]:
         return {"hook": self._hook.seq, "from": self._hook._next}
 

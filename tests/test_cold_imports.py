@@ -1,0 +1,147 @@
+"""Each Lambda function imports its own path only (docs/performance.md, section d).
+
+Cold start is import time, and timing it in a test would be flaky; what it is made of is not.
+Each check runs a fresh interpreter with a function's folder and ``shared/`` on the path, as
+the function's bundle has them, imports the entry module (and, where said, does the first
+call's setup) and lists ``sys.modules``: a heavy import that comes back fails here by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bide
+import bide.tools
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Not for any function at import: clients are created on first use (boto3 and botocore come
+# with them), the app (agents, workflow tools, delegation, bindings, promises) is loaded by
+# the first call's configuration, X-Ray only when tracing is on, the resolver on first call;
+# build-time and test-only packages never.
+NEVER_AT_IMPORT = (
+    "boto3",
+    "botocore.session",  # Powertools imports the botocore package (to tag its user agent)
+    "botocore.client",
+    "aws_xray_sdk",
+    "aws_lambda_powertools.event_handler",
+    "aws_lambda_powertools.utilities.parameters",
+    "bide.app",
+    "bide.agent",
+    "bide.workflow",
+    "bide.delegation",
+    "bide.bindings",
+    "bide.promises",
+    "bide.admission",
+    "bide.approvals",
+    "bide.tools.task",
+    "bide.tools.registry",
+    "bide.tools.define",
+    "bide.aws.bedrock",
+    "bide.aws.dynamodb",
+    "bide.aws.scheduler",
+    "bide.engine.store.sqlite",
+    "bide.local",
+    "bide.testing",
+    "bide.cdk",
+    "bide.scaffold",
+    "aws_cdk",
+    "constructs",
+    "hypothesis",
+    "pytest",
+)
+# What each function's import leaves out besides: the other functions' routes and loop.
+NOT_ON_PATH = {
+    "worker": ("bide.service.routes_api", "bide.service.routes_signal", "bide.service.api_models"),
+    "signal": (
+        "bide.service.routes_api",
+        "bide.service.api_models",
+        "bide.service.worker",
+        "bide.engine.harness",
+    ),
+    "api": ("bide.service.routes_signal", "bide.service.worker_batch"),
+}
+
+# argv: the function, its folders, then "import" or "setup" (the first call's setup too: its
+# configuration, with the app, and an HTTP function's resolver).
+PROBE = """
+import importlib, json, sys
+function = sys.argv[1]
+sys.path[:0] = sys.argv[2:4]
+import handler
+if sys.argv[4] == "setup":
+    deps = importlib.import_module("bide.handlers." + function).configured()
+    if function != "worker":
+        from bide.service import http
+        http._resolver_for(deps, http.SIGNAL if function == "signal" else http.API)
+print(json.dumps(sorted(sys.modules)))
+"""
+# A function's configuration for the setup (nothing is called: clients are made on first use).
+SETTINGS = {
+    "BIDE_APP": "cold_app:app",
+    "BIDE_TABLE": "sessions",
+    "BIDE_BUCKET": "values",
+    "BIDE_WAKE_QUEUE_URL": "http://127.0.0.1:9/000000000000/wakes.fifo",
+    "BIDE_WAKE_QUEUE_ARN": "arn:aws:sqs:us-east-1:000000000000:wakes.fifo",
+    "BIDE_SCHEDULE_GROUP": "alarms",
+    "BIDE_SCHEDULER_ROLE_ARN": "arn:aws:iam::000000000000:role/scheduler",
+}
+
+
+def loaded(function: str, app_dir: Path | None = None) -> list[str]:
+    """The modules loaded in a fresh interpreter by importing ``function``'s entry module
+    (then, given the folder of the app to load, doing its first call's setup)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "BIDE_TRACING")}
+    if app_dir is not None:
+        env.update(SETTINGS, PYTHONPATH=str(app_dir))
+    folders = [str(ROOT / "functions" / function), str(ROOT / "shared")]
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, function, *folders, "import" if app_dir is None else "setup"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    modules: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return modules
+
+
+def matching(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes)]
+
+
+@pytest.mark.parametrize("function", ["worker", "signal", "api"])
+def test_a_function_imports_its_path_only(function: str) -> None:
+    modules = loaded(function)
+    assert f"bide.handlers.{function}" in modules  # the probe imported the real thing
+    assert matching(modules, NEVER_AT_IMPORT + NOT_ON_PATH[function]) == []
+
+
+@pytest.mark.parametrize("function", ["signal", "api"])
+def test_an_http_function_sets_up_its_own_routes_only(function: str, tmp_path: Path) -> None:
+    (tmp_path / "cold_app.py").write_text("from bide import App\n\napp = App()\n")
+    modules = loaded(function, tmp_path)
+    assert "aws_lambda_powertools.event_handler" in modules  # the resolver was built
+    assert "bide.app" in modules  # and the app loaded
+    # Its own routes only (the stack gives every function the Scheduler settings, so each
+    # builds its alarms adapter; no client is made until one arms).
+    not_wanted = ("bide.service.routes_api", "bide.service.api_models")
+    if function == "api":
+        not_wanted = ("bide.service.routes_signal",)
+    assert matching(modules, (*not_wanted, "boto3")) == []
+
+
+def test_the_public_names_are_imported_on_first_use() -> None:
+    # Every name of __all__ has a module to come from, and nothing else does.
+    for package in (bide, bide.tools):
+        assert set(package._EXPORTS) == set(package.__all__), package.__name__
+        for name in package.__all__:
+            assert getattr(package, name) is not None
