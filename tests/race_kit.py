@@ -6,6 +6,9 @@ Lambda's poller, extra workers as threads) and the check of its one history.
 moto's own transactions are not thread-safe, so calls to the moto server's DynamoDB are
 serialized by the client (:class:`aws_fixtures.LockedClient`), as DynamoDB serializes
 conflicting transactions; DynamoDB Local needs no such help.
+
+Long because: the throttling shims, the rig and the race's history check share the rig's
+ledger, clients and counters; each piece is small and only the race proofs use them.
 """
 
 from __future__ import annotations
