@@ -23,10 +23,11 @@ Bide, three shapes of the same history, on SQLite in memory (the SDK runner's st
 memory too). A resume is what the signal function and the worker do: ``deliver_signal`` (no
 session load), then a new Harness opens the session and runs until it is parked again:
 
-  bide task loop  one task that slept on a signal key N times (its record keeps every
-                  consumed key, so it grows with N: that is the cost of one long-lived task);
-  bide tool loop  one tool call whose execute() parked on a signal N times (the same growth,
-                  plus the tool task's own fields);
+  bide task loop  one task that slept on a signal key N times (a consumed key leaves its
+                  record for a document, so the record does not grow with N; see
+                  bench_long_task.py for that loop up to 10,000 waits on SQLite and DynamoDB);
+  bide tool loop  one tool call whose execute() parked on a signal N times (the same, plus
+                  the tool task's own fields);
   bide N tasks    N earlier tasks that each waited once and completed, and one live task
                   (loading reads live tasks only: as in bench_engine.py).
 
@@ -327,8 +328,8 @@ def main() -> None:
     print()
     print("    The SDK replays its handler from the start on each resume: every earlier")
     print("    operation is answered again from the checkpoint log. Bide loads the live tasks")
-    print("    and runs the woken one; a task or tool that waited N times keeps its N consumed")
-    print("    keys on its record (so that record grows with N); ended tasks are not loaded.")
+    print("    and runs the woken one; a key a task or tool consumed leaves its record for a")
+    print("    document of its own (read by key when needed); ended tasks are not loaded.")
     print("    'to invocation end' also holds the SDK stopping its checkpoint thread as the")
     print("    invocation ends (it polls for the stop signal every 100 ms in this version).")
     print(f"\n    load average at start: {load:.2f} on {os.cpu_count()} cores")

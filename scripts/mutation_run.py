@@ -156,6 +156,34 @@ MUTANTS: tuple[Mutant, ...] = (
         tests=("tests/test_wake_path.py",),
         what="one session's failed wake fails the later wakes of every other session",
     ),
+    Mutant(
+        name="final-slots-stay",
+        path="shared/bide/engine/scheduler.py",
+        find="kept, moved = split_final(signals, max(0, room))",
+        replace="kept, moved = split_final(signals, 0)",
+        tests=("tests/test_flat_history.py",),
+        what="consumed and expired keys stay on the record (it grows with every wait)",
+    ),
+    Mutant(
+        name="moved-key-not-read",
+        path="shared/bide/engine/rules.py",
+        find=(
+            "    if slot is not None or sleeping_on(record, name):\n"
+            "        return slot\n"
+            "    return moved(name)\n"
+        ),
+        replace="    return slot\n",
+        tests=("tests/test_flat_history.py",),
+        what="a second value for a consumed key that left the record is delivered again",
+    ),
+    Mutant(
+        name="moved-key-sleep-allowed",
+        path="shared/bide/engine/rules.py",
+        find="slot = record.signals.get(key.slot) or moved(key.slot)",
+        replace="slot = record.signals.get(key.slot)",
+        tests=("tests/test_flat_history.py",),
+        what="a sleep on a consumed key that left the record is accepted",
+    ),
 )
 
 

@@ -96,6 +96,7 @@ from bide import (
     Wake,
     deliver_signal,
 )
+from bide.engine.slots import task_prefix, task_slots
 
 LONG = os.environ.get("BIDE_LONG_PROOF") == "1"
 
@@ -599,15 +600,17 @@ class EngineMachine(RuleBasedStateMachine):
             if isinstance(state, Pending):
                 wake = None if state.wake is None else state.wake.model_dump()
                 assert wake == t.wake, where
-            self.check_slots(t, record, where)
+            self.check_slots(t, record, h.list_docs(task_prefix(record.id)), where)
         assert h.wake() == self.model.wake(now), f"wake() {h.wake()}"
         assert h.task(UNKNOWN_IDS[0]) is None
 
-    def check_slots(self, t: MTask, record: Any, where: str) -> None:
-        """No value lost, changed or delivered after expiry; consumed and expired as modelled."""
-        assert set(record.signals) == set(t.slots), f"{where}: slots {set(record.signals)}"
+    def check_slots(self, t: MTask, record: Any, moved: Any, where: str) -> None:
+        """No value lost, changed or delivered after expiry; consumed and expired as modelled
+        (wherever the engine keeps a slot: on the record, or moved to its document)."""
+        every = task_slots(record, moved)
+        assert set(every) == set(t.slots), f"{where}: slots {set(every)}"
         for name, s in t.slots.items():
-            got = record.signals[name]
+            got = every[name]
             if s.value is None:
                 assert not got.has_value, f"{where}: {name} holds a value it should not"
             else:

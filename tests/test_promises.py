@@ -262,6 +262,7 @@ def test_each_await_interval_uses_a_fresh_key_and_a_reused_expired_key_is_refuse
     # and the engine refuses a sleep on an expired key, which is why the intervals differ
     from bide.engine.records import SignalSlot, TaskRecord
     from bide.engine.rules import check_sleep
+    from bide.engine.slots import nothing_moved
     from bide.engine.state import Running
 
     record = TaskRecord(
@@ -274,7 +275,9 @@ def test_each_await_interval_uses_a_fresh_key_and_a_reused_expired_key_is_refuse
         signals={PROMISE.key("p#0").slot: SignalSlot(expired=True)},
     )
     with pytest.raises(InvalidPark, match="expired"):
-        check_sleep(record, Sleeping(checkpoint="x", signals=(PROMISE.key("p#0"),)))
+        check_sleep(
+            record, Sleeping(checkpoint="x", signals=(PROMISE.key("p#0"),)), moved=nothing_moved
+        )
 
 
 def test_a_scoped_promise_is_cancelled_when_its_scope_ends_and_the_producer_is_told():

@@ -43,7 +43,7 @@ def check_signal_budget(record: TaskRecord, slot: str, size: int) -> None:
         raise TaskBudgetExceeded(
             f"a value for {slot!r}",
             f"would bring the signal values held on task {record.id!r} to {total} bytes; the "
-            f"limit is {MAX_TASK_SIGNAL_BYTES} (values stay on a task until it ends)",
+            f"limit is {MAX_TASK_SIGNAL_BYTES} (a value leaves the record once a wake consumed it)",
             MAX_TASK_SIGNAL_BYTES,
         )
 

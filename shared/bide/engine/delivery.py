@@ -16,16 +16,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import slots
 from .budgets import check_commit
 from .clock import Clock
 from .errors import ConflictError
 from .rules import STREAM_SUFFIX, SignalDecision, decide_signal, stream_key
 from .signals import SignalToken
-from .store.base import Store
+from .store.base import Doc, Store
 
 _ATTEMPTS = 16
 
 __all__ = ["STREAM_SUFFIX", "deliver_signal", "stream_key"]  # the stream helpers moved to rules
+
+
+def _body(doc: Doc | None) -> Any:
+    return None if doc is None else doc.body
 
 
 def deliver_signal(
@@ -39,6 +44,9 @@ def deliver_signal(
 ) -> SignalDecision:
     """Deliver one signal value to one task, reading only that task.
 
+    A key whose slot left the task's record (consumed or expired) costs one document read,
+    made after the sequence number was read, so the commit's condition covers it too.
+
     Returns the decision (result, and which fields failed for ``invalid``). Raises
     :class:`~bide.engine.limits.ValueRefused` for a value over the limits (too deep, too
     large, over the task's budget) and :class:`ConflictError` if the session stayed too busy
@@ -46,7 +54,8 @@ def deliver_signal(
     """
     for _ in range(_ATTEMPTS):
         seq, record = store.task_at_head(session_id, task_id)  # one consistent read
-        decision = decide_signal(record, token, key, value, clock.now())
+        moved = slots.lookup(lambda doc: _body(store.get_doc(session_id, doc)), task_id)
+        decision = decide_signal(record, token, key, value, clock.now(), moved=moved)
         if decision.record is None:
             return decision
         # decide_signal checked the value and the task's budget; this is the same guard every

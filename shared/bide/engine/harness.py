@@ -38,7 +38,6 @@ from .rules import (
     Wake,
     bump,
     compute_wake,
-    decide_signal,
     descendants,
     ended_outcome,
     live_children,
@@ -190,13 +189,7 @@ class Harness:
     ) -> SignalDecision:
         """Like :meth:`signal`, also telling which fields of an ``invalid`` value failed."""
 
-        def store_value(d: Draft) -> SignalDecision:
-            decision = decide_signal(d.find(task_id), token, key, value, self.clock.now())
-            if decision.record is not None:
-                d.put(decision.record)
-            return decision
-
-        return self._apply(store_value)
+        return self._apply(lambda d: d.signal(task_id, token, key, value, self.clock.now()))
 
     async def abort(self, task_id: str, reason: str | None = None) -> bool:
         """Abort-mark a task and its owned work. Parked tasks stop waiting at once; running

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from .kernel import Draft, Kernel
-from .rules import decide_signal
 from .signals import SignalResult, SignalToken
 from .tasks import TaskDefinition
 
@@ -87,10 +86,7 @@ class HostTx:
 
     def signal(self, task_id: str, token: SignalToken[Any], key: str, value: Any) -> SignalResult:
         """Deliver a signal to a task of this session, in this commit."""
-        decision = decide_signal(self._d.find(task_id), token, key, value, self.now())
-        if decision.record is not None:
-            self._d.put(decision.record)
-        return decision.result
+        return self._d.signal(task_id, token, key, value, self.now()).result
 
     def create_task(
         self,

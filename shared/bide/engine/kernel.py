@@ -30,10 +30,14 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
+from . import slots
 from .clock import Clock
 from .errors import DefinitionError
 from .ids import IdSource
 from .records import TaskRecord
+from .rules import SignalDecision, decide_signal
+from .signals import SignalToken
+from .slots import SlotLookup
 from .state import Outcome
 from .store.base import Doc
 from .tasks import TaskDefinition
@@ -124,6 +128,22 @@ class Draft:
     def put(self, record: TaskRecord) -> None:
         """Stage a record for this commit."""
         self.writes[record.id] = record
+
+    def moved(self, task_id: str) -> SlotLookup:
+        """Reads ``task_id``'s slots that left its record, as this commit would leave them."""
+        return slots.lookup(self.get_doc, task_id)
+
+    def signal(
+        self, task_id: str, token: SignalToken[Any], key: str, value: Any, now: float
+    ) -> SignalDecision:
+        """Decide a delivery to ``task_id`` (design 001's checks, :func:`decide_signal`) and
+        stage the record it writes, if any."""
+        decision = decide_signal(
+            self.find(task_id), token, key, value, now, moved=self.moved(task_id)
+        )
+        if decision.record is not None:
+            self.put(decision.record)
+        return decision
 
     def live(self) -> dict[str, TaskRecord]:
         """Every live task as this commit would leave them."""

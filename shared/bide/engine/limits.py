@@ -14,8 +14,9 @@ The limits:
 * :data:`MAX_VALUE_BYTES`: the size of one such value as stored (compact UTF-8 JSON), for
   values that arrive from outside or are rewritten with every commit of their task.
 * :data:`MAX_TASK_SIGNAL_BYTES` and :data:`MAX_TASK_PENDING_SIGNALS`: the per-task budget. A
-  task's record keeps every signal value delivered to it (consumed or not) until it ends;
-  together they may take at most :data:`MAX_TASK_SIGNAL_BYTES`, and at most
+  task's record keeps the signal values delivered to it until a wake consumes them (then they
+  move to documents, :mod:`bide.engine.slots`); together they may take at most
+  :data:`MAX_TASK_SIGNAL_BYTES`, and at most
   :data:`MAX_TASK_PENDING_SIGNALS` of them may be waiting, delivered but not yet consumed
   (the slots of a stream nobody reads fill up here).
 * :data:`MAX_WRITTEN_ONCE_BYTES`: the size of a value written once, not with every commit of

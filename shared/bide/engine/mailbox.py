@@ -6,8 +6,9 @@ document ``mailbox/<name>/m/<n>``, posted in the same commit as a :data:`MAILBOX
 ``<name>#<n>`` to the owning task. The task handles every envelope from ``processed`` on, then
 sleeps on ``<name>#<processed>`` (see :func:`next_envelope`): the key of the first envelope it
 has not seen. An envelope posted while it runs stores its signal early and the sleep wakes at
-once; keys of envelopes it read without sleeping on them simply stay unused. Each key serves
-one wait, because ``processed`` only grows.
+once; the pass that reads an envelope without having slept on its key consumes that key
+(``tx.consume``), so its value leaves the task's record like a woken key's does (see
+:mod:`bide.engine.slots`). Each key serves one wait, because ``processed`` only grows.
 
 A pull reader (no owning task) reads the same documents with :func:`read_mailbox`.
 """
@@ -79,6 +80,15 @@ def sleep_for_next(name: str, processed: int, checkpoint: Checkpoint | str) -> S
     return Sleeping(checkpoint=checkpoint, signals=(next_envelope(name, processed),))
 
 
+def unread(tx: WriteTx, name: str, processed: int) -> list[dict[str, Any]]:
+    """Envelopes ``processed`` and later, read one by one up to the mailbox's head: the cost
+    of a pass follows the new envelopes, not every envelope the mailbox ever held."""
+    head = tx.get_doc(mailbox_head_key(name))
+    count = int(head["next"]) if head is not None else 0
+    found = (tx.get_doc(envelope_key(name, seq)) for seq in range(processed, count))
+    return [body for body in found if body is not None]
+
+
 Handler = Callable[[WriteTx, dict[str, Any]], None]
 
 
@@ -95,10 +105,14 @@ def mailbox_task(kind: str, mailbox: str, handle: Handler) -> TaskDefinition:
         processed = int(task.checkpoint.get("processed", 0))
 
         def build(tx: Any) -> Sleeping:
-            envelopes = read_mailbox(tx, mailbox, processed)
+            envelopes = unread(tx, mailbox, processed)
             for envelope in envelopes:
                 handle(tx, envelope)
             done = processed + len(envelopes)
+            for seq in range(processed, done):
+                # Its signal served no sleep (or its wake already moved it): settle it, so
+                # the record does not keep one unused value per envelope read in a batch.
+                tx.consume(next_envelope(mailbox, seq))
             return sleep_for_next(mailbox, done, {"phase": "serve", "processed": done})
 
         await rt.commit(build)

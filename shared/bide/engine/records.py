@@ -11,7 +11,8 @@ from .state import TaskState
 
 class SignalSlot(BaseModel):
     """One key's life on a task: a value (with the token version that wrote it), or expired;
-    ``consumed`` once it woke the task."""
+    ``consumed`` once it woke the task. A consumed or expired slot leaves the record for a
+    document of its own (:mod:`bide.engine.slots`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -39,6 +40,10 @@ class TaskRecord(BaseModel):
     abort_reason: str | None = None
     memos: dict[str, Any] = Field(default_factory=dict)
     signals: dict[str, SignalSlot] = Field(default_factory=dict)
+    """Open slots: values not consumed yet, and keys a wake is about to settle."""
+    streams: dict[str, int] = Field(default_factory=dict)
+    """Per stream (``<signal>/<prefix>``): every member below this number is taken, so a
+    delivery to the stream looks from there (see :func:`~bide.engine.rules.stream_key`)."""
     state: TaskState
     created_at: float
     restarts: int = 0

@@ -16,6 +16,7 @@ from .errors import InvalidPark, InvalidWait
 from .limits import check_signal_depth, check_signal_value
 from .records import SignalSlot, TaskRecord
 from .signals import InvalidSignalValue, SignalResult, SignalToken, slot_name
+from .slots import SlotLookup, nothing_moved
 from .state import (
     HOLDS_OUTCOME,
     Outcome,
@@ -57,20 +58,23 @@ STREAM_SUFFIX = ".*"
 """A key ending in this names a stream of keys (see :func:`stream_key`)."""
 
 
-def stream_key(record: TaskRecord | None, signal: str, key: str, now: float) -> str:
+def stream_key(
+    record: TaskRecord | None, signal: str, key: str, now: float, moved: SlotLookup = nothing_moved
+) -> str:
     """The key a value for ``key`` goes to: ``key`` itself, or for a stream (``<prefix>.*``)
     the first ``<prefix>.<n>`` of ``record`` still open for a value at ``now``: it holds no
     value, has not expired and no sleep on it has passed its deadline. One capability URL can
     so deliver many requests (a workflow webhook iterated with ``async for``) and none is
-    answered ``duplicate``."""
+    answered ``duplicate``. The search starts at the record's mark for the stream (every member
+    below it is taken for good); ``moved`` finds members whose slot left the record."""
     if not key.endswith(STREAM_SUFFIX) or record is None:
         return key
     prefix = key[: -len(STREAM_SUFFIX)]
-    n = 0
+    n = record.streams.get(slot_name(signal, prefix), 0)
     while True:
         candidate = f"{prefix}.{n}"
         name = slot_name(signal, candidate)
-        slot = record.signals.get(name)
+        slot = find_slot(record, name, moved)
         taken = slot is not None and (slot.has_value or slot.expired)
         # A slot whose wait just timed out is about to expire: a value there would be refused.
         if not taken and not deadline_passed_for(record, name, now):
@@ -78,8 +82,30 @@ def stream_key(record: TaskRecord | None, signal: str, key: str, now: float) -> 
         n += 1
 
 
+def find_slot(record: TaskRecord, name: str, moved: SlotLookup) -> SignalSlot | None:
+    """The slot ``name`` of ``record``: on the record, or moved to its document (read only
+    when it may be there: a key the task sleeps on now cannot have moved, because the sleep
+    was checked against the documents and only its own wake settles its keys)."""
+    slot = record.signals.get(name)
+    if slot is not None or sleeping_on(record, name):
+        return slot
+    return moved(name)
+
+
+def sleeping_on(record: TaskRecord, name: str) -> bool:
+    """True when the task sleeps now with ``name`` among its keys."""
+    state = record.state
+    return isinstance(state, Sleeping) and any(k.slot == name for k in state.signals)
+
+
 def decide_signal(
-    record: TaskRecord | None, token: SignalToken[Any], key: str, value: Any, now: float
+    record: TaskRecord | None,
+    token: SignalToken[Any],
+    key: str,
+    value: Any,
+    now: float,
+    *,
+    moved: SlotLookup,
 ) -> SignalDecision:
     """Apply design 001's delivery checks, in their order.
 
@@ -88,7 +114,9 @@ def decide_signal(
     (``<prefix>.*``) is resolved with :func:`stream_key` against the same record and time as
     the checks. A value over the limits of :mod:`bide.engine.limits` (too deep, too large, over
     the task's budget) raises :class:`~bide.engine.limits.ValueRefused` instead: no result
-    of design 001 says "refused, try something else", so nothing is decided or stored."""
+    of design 001 says "refused, try something else", so nothing is decided or stored.
+    ``moved`` reads the task's slots that left its record (:mod:`bide.engine.slots`): a
+    consumed key answers ``duplicate`` and an expired one ``closed`` wherever it is kept."""
     if record is None:
         return SignalDecision(SignalResult.NOT_FOUND)
     if record.state.status in HOLDS_OUTCOME or record.abort_marked:
@@ -101,8 +129,9 @@ def decide_signal(
         return SignalDecision(SignalResult.INVALID, errors=tuple(exc.errors))
     dumped = token.dump(validated)
     size = check_signal_value(dumped, token.name, key, token.envelope)
-    name = slot_name(token.name, stream_key(record, token.name, key, now))
-    slot = record.signals.get(name)
+    chosen = stream_key(record, token.name, key, now, moved)
+    name = slot_name(token.name, chosen)
+    slot = find_slot(record, name, moved)
     if slot is not None and slot.has_value:
         return SignalDecision(SignalResult.DUPLICATE)
     if slot is not None and slot.expired:
@@ -116,8 +145,13 @@ def decide_signal(
         )
     check_signal_budget(record, name, size)
     stored = SignalSlot(version=token.version, value=dumped, has_value=True)
+    streams = record.streams
+    if chosen != key:  # a stream member: the members up to this one are taken for good
+        stream = slot_name(token.name, key[: -len(STREAM_SUFFIX)])
+        streams = {**streams, stream: int(chosen.rsplit(".", 1)[1]) + 1}
     return SignalDecision(
-        SignalResult.DELIVERED, bump(record, signals={**record.signals, name: stored})
+        SignalResult.DELIVERED,
+        bump(record, signals={**record.signals, name: stored}, streams=streams),
     )
 
 
@@ -136,8 +170,9 @@ def deadline_passed_for(record: TaskRecord, slot: str, now: float) -> bool:
 # --- parking ---------------------------------------------------------------------------------
 
 
-def check_sleep(record: TaskRecord, sleep: Sleeping) -> None:
-    """Refuse a sleep that could never be honoured. Raises :class:`InvalidPark`."""
+def check_sleep(record: TaskRecord, sleep: Sleeping, *, moved: SlotLookup) -> None:
+    """Refuse a sleep that could never be honoured. Raises :class:`InvalidPark`. A listed
+    key that is not on the record is looked up with ``moved`` (one document read each)."""
     if sleep.until is None and not sleep.signals:
         raise InvalidPark(f"task {record.id!r}: a sleep needs 'until', 'signals', or both")
     seen: set[str] = set()
@@ -153,7 +188,7 @@ def check_sleep(record: TaskRecord, sleep: Sleeping) -> None:
                 f"{STREAM_SUFFIX!r}); its values go to {prefix + '.0'!r}, {prefix + '.1'!r}, "
                 "...: sleep on those"
             )
-        slot = record.signals.get(key.slot)
+        slot = record.signals.get(key.slot) or moved(key.slot)
         if slot is not None and slot.consumed:
             raise InvalidPark(
                 f"task {record.id!r}: key {key.slot!r} already woke this task; "
@@ -219,7 +254,8 @@ def owner_chain(record: TaskRecord, live: Mapping[str, TaskRecord]) -> Iterable[
 
 @dataclass(frozen=True)
 class Wakeup:
-    """A parked task that may run again: why, and the slots the wake consumes or expires."""
+    """A parked task that may run again: why, and its slots with the ones the wake consumes
+    or expires marked so (the reservation moves final slots off the record)."""
 
     wake: WakeReason
     signals: Mapping[str, SignalSlot]

@@ -6,13 +6,14 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from . import slots
 from .errors import InvalidTransition, InvocationEnded
 from .host import HostTx
 from .ids import keyed_id
 from .kernel import Draft, Kernel, require_json
 from .records import TaskRecord
 from .rules import bump, check_sleep, check_wait
-from .signals import SignalExpired, SignalState, SignalToken, SignalValue, slot_name
+from .signals import SignalExpired, SignalKey, SignalState, SignalToken, SignalValue, slot_name
 from .state import (
     Completing,
     Faulted,
@@ -112,9 +113,13 @@ class Runtime:
         return self._h._apply(write)
 
     async def read_signal(self, token: SignalToken[T], key: str) -> SignalState[T] | None:
-        """The key's value, expired, or None; from the record in memory."""
+        """The key's value, expired, or None: from the record in memory, or for a consumed or
+        expired key from its document (cached once read or written by this harness)."""
         record = self._h._live.get(self._task_id)
-        slot = record.signals.get(slot_name(token.name, key)) if record is not None else None
+        if record is None:
+            return None
+        name = slot_name(token.name, key)
+        slot = record.signals.get(name) or slots.lookup(self._h.get_doc, self._task_id)(name)
         if slot is None:
             return None
         if slot.has_value:
@@ -201,7 +206,7 @@ class Runtime:
             d.put(bump(record, state=staged, restarts=restarts))
             return progress
         if isinstance(new, Sleeping):
-            check_sleep(record, new)
+            check_sleep(record, new, moved=d.moved(record.id))
         elif isinstance(new, Waiting):
             check_wait(record, new, d.live(), lambda t: d.find(t) is not None)
         else:  # pragma: no cover - the union is closed
@@ -257,3 +262,22 @@ class _Tx(HostTx):
         require_json(value, f"memo {name!r}")
         self._d.put(bump(record, memos={**record.memos, name: value}))
         return value
+
+    def consume(self, key: SignalKey[Any]) -> bool:
+        """Mark the committing task's unconsumed value under ``key`` consumed, in this commit,
+        as a wake on it would: no sleep may name the key again and a later value is a
+        ``duplicate``. For a task that read the value without sleeping on the key (a mailbox
+        reader): the slot then leaves the record instead of staying there unused. False when
+        the record holds no unconsumed value under ``key``."""
+        record = self._holder(self._d) if self._holder else self._d.get(self._task_id)
+        assert record is not None
+        slot = record.signals.get(key.slot)
+        if slot is None or not slot.has_value or slot.consumed:
+            return False
+        self._d.put_doc(
+            slots.doc_key(record.id, key.slot),
+            slots.to_body(key.slot, slot.model_copy(update={"consumed": True})),
+        )
+        kept = {name: s for name, s in record.signals.items() if name != key.slot}
+        self._d.put(bump(record, signals=kept))
+        return True

@@ -9,10 +9,11 @@ harness as a :class:`~bide.engine.kernel.Kernel` (so this module does not import
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from .errors import InvocationEnded
 from .kernel import IN_INVOCATION, Draft, Kernel
-from .records import TaskRecord
+from .records import SignalSlot, TaskRecord
 from .rules import (
     abandoned,
     bump,
@@ -23,6 +24,7 @@ from .rules import (
     wakeup,
 )
 from .runtime import Runtime
+from .slots import MOVE_BUDGET, doc_key, split_final, to_body
 from .state import (
     Aborted,
     Completing,
@@ -119,7 +121,7 @@ def reserve(h: Kernel, d: Draft) -> list[tuple[str, str]]:
     propagate_aborts(h, d, live)
     lease = lease_until(h, now)
     for record in live.values():
-        if len(d.writes) >= _RESERVE_BUDGET:
+        if len(d.writes) + len(d.docs) >= _RESERVE_BUDGET:
             # A store writes at most MAX_COMMIT_ITEMS items at once; the rest are
             # reserved by the next pass of the run loop.
             h._truncated = True
@@ -155,7 +157,8 @@ def reserve(h: Kernel, d: Draft) -> list[tuple[str, str]]:
         elif isinstance(state, Sleeping | Waiting):
             found = wakeup(record, now, h.outcome)
             if found is not None:
-                checkpoint, wake, signals = state.checkpoint, found.wake, dict(found.signals)
+                checkpoint, wake = state.checkpoint, found.wake
+                signals = move_final(h, d, record.id, found.signals)
             elif h._reruns(record):
                 checkpoint, wake, signals = state.checkpoint, None, record.signals
             else:
@@ -169,6 +172,19 @@ def reserve(h: Kernel, d: Draft) -> list[tuple[str, str]]:
         d.put(bump(record, state=running, signals=signals))
         started.append((record.id, invocation))
     return started
+
+
+def move_final(
+    h: Kernel, d: Draft, task_id: str, signals: Mapping[str, SignalSlot]
+) -> dict[str, SignalSlot]:
+    """Stage the documents of the final (consumed, expired) slots a wake leaves, as many as
+    the commit has room for, and return the slots that stay on the record. In the commit that
+    consumes them: a crash keeps both or neither (see :mod:`bide.engine.slots`)."""
+    room = min(MOVE_BUDGET, _RESERVE_BUDGET - len(d.writes) - len(d.docs) - 1)
+    kept, moved = split_final(signals, max(0, room))
+    for name, slot in moved.items():
+        d.put_doc(doc_key(task_id, name), to_body(name, slot))
+    return kept
 
 
 def propagate_aborts(h: Kernel, d: Draft, live: dict[str, TaskRecord]) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ..engine import slots
 from ..engine.delivery import STREAM_SUFFIX
 from ..engine.harness import Harness
 from ..engine.records import TaskRecord
@@ -39,14 +40,16 @@ def _tool_name(record: TaskRecord) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _received(record: TaskRecord, signal: str, key: str) -> int:
-    """How many values arrived on ``key`` (``<prefix>.*``: on every key of the stream)."""
+def _received(harness: Harness, record: TaskRecord, signal: str, key: str) -> int:
+    """How many values arrived on ``key`` (``<prefix>.*``: on every key of the stream),
+    counting the consumed ones whose slots moved to documents (:mod:`bide.engine.slots`)."""
     if key.endswith(STREAM_SUFFIX):
         stream = slot_name(signal, key[: -len(STREAM_SUFFIX)] + ".")
-        return sum(
-            1 for name, s in record.signals.items() if name.startswith(stream) and s.has_value
-        )
-    slot = record.signals.get(slot_name(signal, key))
+        docs = harness.list_docs(slots.task_prefix(record.id) + stream)
+        every = slots.task_slots(record, docs)
+        return sum(1 for name, s in every.items() if name.startswith(stream) and s.has_value)
+    name = slot_name(signal, key)
+    slot = record.signals.get(name) or slots.lookup(harness.get_doc, record.id)(name)
     return int(slot is not None and slot.has_value)
 
 
@@ -115,6 +118,6 @@ def webhooks_after(
                     "source": "workflow" if binding.signal == WEBHOOK.name else "tool",
                     "name": op_name,
                     "signed": binding.hmac_secret is not None,
-                    "received": _received(record, binding.signal, binding.key),
+                    "received": _received(harness, record, binding.signal, binding.key),
                 },
             )

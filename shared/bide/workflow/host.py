@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.harness import Draft, Harness
-from ..engine.rules import decide_signal
 from ..engine.signals import SignalResult
 from ..tools.webhook_keys import keys_of
 from ..tools.webhooks import WebhookRejected, resolve
@@ -68,9 +67,6 @@ def post_webhook(harness: Harness, url: str, body: Any) -> SignalResult:
         # The binding's key is a stream (wf.<seq>.*): the rule picks the member, as it does
         # for every other delivery path.
         now = harness.clock.now()
-        decision = decide_signal(d.find(binding.task_id), WEBHOOK, binding.key, body, now)
-        if decision.record is not None:
-            d.put(decision.record)
-        return decision.result
+        return d.signal(binding.task_id, WEBHOOK, binding.key, body, now).result
 
     return harness._apply(deliver)

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..engine.rules import decide_signal
 from ..engine.signals import SignalResult
 from ..engine.store.base import Store
 from .history import WAKE
@@ -131,9 +130,7 @@ def _close(
     d.put_doc(key, {**body, **update, "ended_at": now, "wake": None})
     wake = body.get("wake")
     if wake:
-        decision = decide_signal(d.find(body["task_id"]), WAKE, wake, {"request": body["id"]}, now)
-        if decision.record is not None:
-            d.put(decision.record)
+        d.signal(body["task_id"], WAKE, wake, {"request": body["id"]}, now)
     return SignalResult.DELIVERED
 
 
