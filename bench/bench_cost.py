@@ -43,7 +43,7 @@ from typing import Any
 
 import boto3
 import cost_model as cm
-from bench_aws_requests import REGION, fake_aws
+from bench_aws_requests import REGION, REPLY, fake_aws
 from cost_app import APP, HOOKS, HookLooper, Looper
 from cost_durable import durable_resume_cpu
 from cost_meter import Meter, Round
@@ -76,7 +76,6 @@ class Context:
 
     def get_remaining_time_in_millis(self) -> int:
         return 300_000
-
 
 
 class Deployment:
@@ -249,7 +248,7 @@ async def build_history(d: Deployment, session_id: str, kind: Any, n: int) -> st
     task_id = await harness.create_task(kind, None)
     await harness.run_until_parked()
     for i in range(n):
-        await harness.deliver(task_id, _reply(), f"k{i}", {"text": "x"})
+        await harness.deliver(task_id, REPLY, f"k{i}", {"text": "x"})
         await harness.run_until_parked()
     record = sqlite.get_task(session_id, task_id)
     assert isinstance(record, TaskRecord) and record.state.status == "sleeping", record
@@ -259,13 +258,9 @@ async def build_history(d: Deployment, session_id: str, kind: Any, n: int) -> st
     return task_id
 
 
-def _reply() -> Any:
-    from bench_aws_requests import REPLY
-
-    return REPLY
-
-
-def one_wait(d: Deployment, route: str, session_id: str, task_id: str, n: int, r: Round | None):  # type: ignore[no-untyped-def]
+def one_wait(
+    d: Deployment, route: str, session_id: str, task_id: str, n: int, r: Round | None
+) -> None:
     """Signal key k<n> by ``route``, then run the worker: the task sleeps on k<n+1>."""
     body = json.dumps({"text": "x"}).encode()
     if route == "webhook":
@@ -273,7 +268,7 @@ def one_wait(d: Deployment, route: str, session_id: str, task_id: str, n: int, r
         event = http_event("POST /hooks/{token}", f"/hooks/{token}", body, None)
         event["pathParameters"] = {"token": token}
     else:
-        signal = _reply().name
+        signal = REPLY.name
         path = f"/sessions/{session_id}/tasks/{task_id}/signals/{signal}/k{n}"
         event = http_event(
             "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}", path, body,

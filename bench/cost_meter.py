@@ -103,9 +103,9 @@ class Meter:
             return
         name = model.name
         if name in ("TransactWriteItems", "PutItem", "UpdateItem", "DeleteItem"):
-            actions = params["TransactItems"] if name == "TransactWriteItems" else [
-                {name[:-4]: params}
-            ]
+            actions = (
+                params["TransactItems"] if name == "TransactWriteItems" else [{name[:-4]: params}]
+            )
             factor = 2 if name == "TransactWriteItems" else 1
             for action, old in zip(actions, self._before, strict=True):
                 new = self._item(action)
@@ -144,4 +144,3 @@ def _index_writes(old: dict[str, Any], new: dict[str, Any]) -> float:
     if before is not None and after is not None and before != after:
         return float(cm.write_units(item_bytes(old)) + cm.write_units(item_bytes(new)))
     return float(cm.write_units(item_bytes(new if after is not None else old)))
-

@@ -86,10 +86,16 @@ PRICES: dict[str, Price] = {
         "c3x.dev/blog/cloudwatch-logs-cost-optimization (us-east-1, June 2026: Standard "
         "ingestion $0.50 per GB)",
     ),
-    "s3_put": Price(0.005 / 1000, "S3 Standard PUT/COPY/POST/LIST", "aws.amazon.com/s3/pricing/ (not re-checked: priced only if a wait makes one)"),
+    "s3_put": Price(
+        0.005 / 1000,
+        "S3 Standard PUT/COPY/POST/LIST",
+        "aws.amazon.com/s3/pricing/ (not re-checked: priced only if a wait makes one)",
+    ),
     "s3_get": Price(0.0004 / 1000, "S3 Standard GET and others", "as above"),
     "secrets_api": Price(
-        0.05 / 10_000, "Secrets Manager API call", "aws.amazon.com/secrets-manager/pricing/ (not re-checked: the key is cached 15 min)"
+        0.05 / 10_000,
+        "Secrets Manager API call",
+        "aws.amazon.com/secrets-manager/pricing/ (not re-checked: the key is cached 15 min)",
     ),
     "durable_operation": Price(
         8.00 / MILLION,

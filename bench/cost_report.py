@@ -4,7 +4,6 @@ route and history size, and the same for Lambda durable functions' ``create_call
 from __future__ import annotations
 
 import textwrap
-from typing import Any
 
 import cost_model as cm
 from cost_meter import Round
@@ -100,8 +99,8 @@ def print_report(
     for col in cols:
         r = results[col]
         cpu = ", ".join(
-            f"{f} {s * 1000:.1f} ms CPU -> {cm.billed_ms(s, memory[f])} ms billed at "
-            f"{memory[f]} MB" for f, s in r.cpu_s.items()
+            f"{f} {s * 1000:.1f} ms CPU -> {cm.billed_ms(s, memory[f])} ms billed at {memory[f]} MB"
+            for f, s in r.cpu_s.items()
         )
         aws = ", ".join(f"{k} {v}" for k, v in sorted(r.requests.items()))
         print(say.fill(
@@ -133,5 +132,3 @@ def print_report(
     print("    Prices:")
     for price in P.values():
         print(say.fill(f"{price.unit}: ${price.usd * cm.MILLION:.6g} per million [{price.source}]"))
-
-
