@@ -20,10 +20,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-import cost_model as cm  # noqa: E402
-from cost_meter import Meter, Round  # noqa: E402
+import cost_model as cm
+from cost_meter import Meter, Round
 
-from bide.aws.table import LIVE_INDEX_KEY, create_table  # noqa: E402
+from bide.aws.table import LIVE_INDEX_KEY, create_table
 
 
 def test_billing_units_follow_the_documented_rules() -> None:
