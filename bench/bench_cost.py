@@ -23,8 +23,9 @@ stage's access log line.
 
 History is built uncounted on SQLite with the same app and copied into DynamoDB; a warm round
 (cold start, webhook key read) precedes ROUNDS counted rounds, whose request counts must
-agree; CPU is their median. Durable functions: ``bench_durable_sdk``'s loop on the SDK's local
-runner after the same history; its resume invocation's CPU is measured the same way.
+agree; CPU is their median. Durable functions: a ``create_callback`` loop on the SDK's local
+runner after the same history (``cost_durable``); its resume invocation's CPU is measured the
+same way.
 
 Run from the repository root:  PYTHONPATH=shared python bench/bench_cost.py
 """

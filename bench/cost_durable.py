@@ -1,11 +1,22 @@
-"""The durable-functions side of ``bench_cost.py``: the CPU time of one resume invocation of
-``bench_durable_sdk``'s callback loop after N waits of history, on the SDK's local runner.
+"""The durable-functions side of ``bench_cost.py``: the CPU time of one resume invocation of a
+``create_callback`` loop after N waits of history, on the AWS Durable Execution SDK's local
+runner (``DurableFunctionTestRunner``)::
+
+    for i in range(...):
+        callback = context.create_callback(name=f"w{i}")   # one operation
+        (hand callback.callback_id out)
+        callback.result()                                   # suspends until it completes
+
+Each wait of the history is completed as soon as its id is handed out, so the history is built
+one invocation per wait (each replaying the ones before). Then one warm round and ROUNDS timed
+rounds: complete the pending callback; the backend invokes the function again, which replays
+every earlier wait and suspends on the next one.
 
 Measured as Bide's handlers are: ``time.thread_time`` in the threads that run the invocation,
 the invocation's own thread (the SDK's wrapper: decoding the operations it is handed) plus the
-SDK's handler thread while the user function runs (the replay of every earlier wait and the new
-one). The SDK's checkpoint thread and the emulated backend are not counted, so this is a lower
-bound of what the function would be billed for.
+SDK's handler thread while the user function runs (the replay and the new wait). The SDK's
+checkpoint thread and the emulated backend are not counted, so this is a lower bound of what
+the function would be billed for.
 """
 
 from __future__ import annotations
@@ -14,35 +25,46 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from aws_durable_execution_sdk_python import DurableContext, durable_execution
 from aws_durable_execution_sdk_python_testing import DurableFunctionTestRunner
-from bench_durable_sdk import SdkLoop
 
 ROUNDS = 3
+WAIT_S = 900.0  # building 1,000 waits takes minutes; longer is a failure, not a figure
 
 
-class TimedLoop(SdkLoop):
-    """``bench_durable_sdk``'s loop, with each invocation's CPU time recorded."""
+class CallbackLoop:
+    """One durable execution of the loop and what its invocations leave behind."""
 
-    def __init__(self, feed_until: int) -> None:
-        super().__init__(feed_until=feed_until)
+    def __init__(self, history: int) -> None:
+        self.history = history
+        self.runner: Any = None
+        self.ids: list[str] = []
         self.cpu: list[float] = []
-        self._lock = threading.Lock()
+        self.active = 0
+        self.changed = threading.Condition()
 
-    def _add(self, seconds: float) -> None:
-        with self._lock:
-            self.cpu.append(seconds)
+    def _handed_out(self, callback_id: str) -> None:
+        """A new wait reached (replays hand out nothing): the history's are completed at once."""
+        with self.changed:
+            if callback_id in self.ids:
+                return
+            self.ids.append(callback_id)
+            feed = len(self.ids) <= self.history
+            self.changed.notify_all()
+        if feed:
+            self.runner.send_callback_success(callback_id, b"1")
 
-    def handler(self) -> Callable[[Any, Any], Any]:
+    def handler(self) -> Any:
         @durable_execution
         def loop(event: Any, context: DurableContext) -> int:
             began = time.thread_time()
             try:
                 for i in range(event["waits"]):
-                    context.wait_for_callback(self.submitter, name=f"w{i}")
+                    callback = context.create_callback(name=f"w{i}")
+                    self._handed_out(callback.callback_id)
+                    callback.result()
                 return int(event["waits"])
             finally:
                 self._add(time.thread_time() - began)
@@ -61,30 +83,41 @@ class TimedLoop(SdkLoop):
 
         return invocation
 
+    def _add(self, seconds: float) -> None:
+        with self.changed:
+            self.cpu.append(seconds)
+
+    def settle(self, waits: int) -> None:
+        """Block until ``waits`` callbacks exist and no invocation runs."""
+        with self.changed:
+            ok = self.changed.wait_for(
+                lambda: len(self.ids) >= waits and self.active == 0, timeout=WAIT_S
+            )
+        if not ok or len(self.ids) != waits:
+            raise RuntimeError(f"create_callback loop: {len(self.ids)} callbacks, not {waits}")
+
 
 def durable_resume_cpu(history: int) -> float:
     """Median CPU seconds of the invocations that resume the loop once after ``history``
-    waits (one warm round first)."""
-    loop = TimedLoop(feed_until=history)
-    runner = DurableFunctionTestRunner(handler=loop.handler(), poll_interval=0.01)
-    loop.runner = runner
+    waits (after one warm round)."""
+    loop = CallbackLoop(history)
     samples: list[float] = []
-    try:
+    with DurableFunctionTestRunner(handler=loop.handler(), poll_interval=0.01) as runner:
+        loop.runner = runner
         runner.run_async(
             input=json.dumps({"waits": 10**9}), execution_timeout=3_600,
             execution_name=f"cost-{history}",
         )  # fmt: skip
         loop.settle(history + 1)
         for i in range(ROUNDS + 1):
-            time.sleep(0.05)  # let the last invocation's threads finish their accounting
-            loop.cpu.clear()
+            with loop.changed:
+                loop.cpu.clear()
             runner.send_callback_success(loop.ids[-1], json.dumps(i).encode())
             loop.settle(history + 2 + i)
-            time.sleep(0.05)
+            time.sleep(0.05)  # the invocation's threads finish their accounting
             if i:
-                samples.append(sum(loop.cpu))
-    finally:
-        runner.close()
+                with loop.changed:
+                    samples.append(sum(loop.cpu))
     return statistics.median(samples)
 
 
