@@ -34,7 +34,7 @@ DynamoDB capacity is estimated from the items read and written under the documen
 rules (transactional write: 2 WRU per KB of each item; strongly consistent read: 1 RRU per
 4 KB; transactional read: 2 RRU per 4 KB of each item; a Query is rounded over all items
 returned). Writes to the sparse local index are not
-included. ``bench_cost.py`` prices these counts.
+included. ``bench_cost.py`` measures cost on the handlers themselves, index writes included.
 
 Run from the repository root:  PYTHONPATH=shared python bench/bench_aws_requests.py
 
@@ -490,7 +490,7 @@ async def run_scenarios(stack: Stack, run: int) -> dict[str, Tally]:
 
 
 def measure_requests() -> dict[str, Tally]:
-    """Requests (and DynamoDB capacity units) per scenario; what bench_cost.py prices."""
+    """Requests (and DynamoDB capacity units) per scenario."""
     runs: list[dict[str, Tally]] = []
     with fake_aws():
         stack = build_stack()

@@ -1,233 +1,341 @@
-"""Cost per million signal-resumed waits: Bide (counted) vs Step Functions and Lambda durable
-functions (their published per-transition / per-operation prices).
+"""Cost per million signal-resumed waits, all in and measured, at 3, 100 and 1,000 waits of
+history; against Lambda durable functions' ``create_callback`` priced the same way.
 
-Bide's figures price the requests that ``bench_aws_requests.py`` counts on moto in this same
-run (its function is imported). The peers are priced from what one wait costs them by their
-own pricing pages; their request counts are not measured here. List prices, us-east-1, USD,
-without free tiers; sources and the date they were found are in PRICES and in
-docs/performance.md. A price that could not be found is left out and said so.
+The real Lambda entry points run on moto (``mock_aws``, fake credentials, nothing leaves the
+process), configured from their environment as deployed (``BIDE_APP=cost_app:APP``):
+
+  API Gateway event -> ``bide.handlers.signal.handler``, by the webhook route
+  (``POST /hooks/{token}``; the task mints a fresh webhook per wait, as ``create_callback``
+  mints a callback id) or by the IAM route (``POST /sessions/.../signals/{signal}/{key}``,
+  the caller owning the session); then Lambda's SQS poller is played (one ReceiveMessage
+  that finds the wake, one DeleteMessageBatch) and the batch goes to
+  ``bide.handlers.worker.handler``, which reads the value and sleeps on the next key.
+
+Counted per round (``cost_meter``: botocore hooks on the boto3 session the handlers use):
+every AWS request by service and operation; DynamoDB request units from the items' sizes
+under AWS's rules, the local index's writes included; SQS requests per 64 KB chunk; S3 and
+Scheduler requests; Lambda invocations and duration from the handlers' own CPU time
+(``time.thread_time`` around each handler call, less the CPU moto spends serving it and the
+metering), scaled to the function's CPU share at the stack's memory size, billed per 1 ms;
+API Gateway requests; CloudWatch Logs bytes: the lines the handlers write (Powertools JSON
+logs at INFO, the stack's level; EMF metrics), Lambda's START/END/REPORT lines and the
+stage's access log line.
+
+History is built uncounted on SQLite with the same app and copied into DynamoDB; a warm round
+(cold start, webhook key read) precedes ROUNDS counted rounds, whose request counts must
+agree; CPU is their median. Durable functions: a ``create_callback`` loop on the SDK's local
+runner after the same history (``cost_durable``); its resume invocation's CPU is measured the
+same way.
 
 Run from the repository root:  PYTHONPATH=shared python bench/bench_cost.py
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import json
-import textwrap
+import os
+import statistics
 import time
-from dataclasses import dataclass
+import uuid
 from typing import Any
 
-from bench_aws_requests import SCENARIOS, Tally, measure_requests
+import boto3
+import cost_model as cm
+from bench_aws_requests import REGION, REPLY, fake_aws
+from cost_app import APP, HOOKS, HookLooper, Looper
+from cost_durable import durable_resume_cpu
+from cost_meter import Meter, Round
+from cost_report import print_report
 
-FOUND_ON = "2026-11-30"
-MILLION = 1_000_000
+from bide import Harness, RandomIds, SQLiteStore, TaskRecord
+from bide import constants as c
+from bide.aws.dynamodb import DynamoDBStore, create_table
+from bide.engine.store.base import Doc
+from bide.service.owners import OWNER_KEY
 
-
-@dataclass(frozen=True)
-class Price:
-    usd: float  # per unit
-    unit: str
-    source: str
-
-
-PRICES: dict[str, Price] = {
-    "dynamodb_wru": Price(
-        0.625 / MILLION,
-        "on-demand write request unit",
-        "airbyte.com/data-engineering-resources/dynamodb-pricing (2025-07-21: after the "
-        "Nov 2024 on-demand price cut); unit rules: docs.aws.amazon.com/whitepapers/latest/"
-        "how-aws-pricing-works/dynamodb.html",
-    ),
-    "dynamodb_rru": Price(0.125 / MILLION, "on-demand read request unit", "as above"),
-    "sqs_fifo": Price(
-        0.50 / MILLION,
-        "SQS FIFO request (per 64 KB chunk)",
-        "cloudburn.io/blog/amazon-sqs-pricing (March 2026); factualminds.com/blog/"
-        "amazon-sqs-pricing-64kb-rule-fifo-vs-standard (June 2026)",
-    ),
-    "sqs_standard": Price(0.40 / MILLION, "SQS standard request", "as above"),
-    "scheduler_invocation": Price(
-        1.00 / MILLION,
-        "EventBridge Scheduler invocation",
-        "cloudburn.io/blog/amazon-eventbridge-pricing (March 2026; 14M/month free not applied)",
-    ),
-    "lambda_request": Price(
-        0.20 / MILLION,
-        "Lambda request",
-        "aws.amazon.com/lambda/pricing as transcribed by api-evangelist/aws-lambda "
-        "plans/aws-lambda-plans-pricing.yml (read 2026-09-20)",
-    ),
-    "lambda_arm_gb_s": Price(
-        0.0000133334,
-        "Lambda GB-second, Arm (the stack's architecture)",
-        "git.mcrn.ar/mariano/lambda_local_runner docs/lambdas-md/lambda-13-cost.md "
-        "(2026-05-11; x86 $0.0000166667 matches the AWS page transcription above)",
-    ),
-    "sfn_transition": Price(
-        0.025 / 1000,
-        "Step Functions Standard state transition",
-        "aws.amazon.com/step-functions/pricing/ (US East (N. Virginia) $0.0250 per 1,000)",
-    ),
-    "durable_operation": Price(
-        8.00 / MILLION,
-        "Lambda durable functions operation",
-        "aws.amazon.com/lambda/pricing as transcribed by api-evangelist/aws-lambda "
-        "(read 2026-09-20, labelled 'Durable Functions operations (example rate) $8.00/M')",
-    ),
-}
-NOT_FOUND = (
-    "Lambda durable functions' charges for data written and data retained (per GB) were not "
-    "found in the sources searched: they are left out, so the durable-function rows are a "
-    "lower bound. Step Functions' SendTaskSuccess and Lambda's "
-    "SendDurableExecutionCallbackSuccess calls carry no listed per-call price and are not priced."
-)
-
-# Stated assumptions (not measured): how long each function runs per invocation, at the stack's
-# default memory sizes (bide/cdk/service.py: worker 1024 MB, signal/api 512 MB).
-DURATION_MS = {"worker": 150, "signal": 50, "api": 50}
-MEMORY_MB = {"worker": 1024, "signal": 512, "api": 512}
-# A durable function's resume invocation is priced like Bide's worker (same memory and
-# duration), though it replays its whole history (see bench_durable_sdk.py).
-DURABLE_MEMORY_MB, DURABLE_DURATION_MS = 1024, 150
+HISTORY = tuple(int(x) for x in os.environ.get("COST_HISTORY", "3,100,1000").split(","))
+ROUTES = ("webhook", "iam")
+ROUNDS = 3
+ACCOUNT = "123456789012"
+CALLER = f"arn:aws:iam::{ACCOUNT}:user/signaller"
+TABLE, BUCKET, GROUP, SECRET = "bide-cost", "bide-cost-offload", "bide-cost-alarms", "bide-key"
+MEMORY = cm.stack_memory_mb()
+ACCESS_LOG = cm.access_log_format()
 
 
-def lambda_cost(function: str, invocations: float) -> float:
-    gb_s = MEMORY_MB[function] / 1024 * DURATION_MS[function] / 1000
-    return invocations * (PRICES["lambda_request"].usd + gb_s * PRICES["lambda_arm_gb_s"].usd)
+class Context:
+    """The parts of a Lambda context the handlers and Powertools read."""
+
+    def __init__(self, function: str) -> None:
+        self.function_name = f"bide-{function}"
+        self.memory_limit_in_mb = MEMORY[function]
+        self.invoked_function_arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:bide-{function}"
+        self.aws_request_id = str(uuid.uuid4())
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 300_000
 
 
-def bide_cost(tally: Tally) -> dict[str, float]:
-    """USD per one scenario run, by service."""
-    sqs = scheduler = lam = 0.0
-    for (_, operation), n in tally.requests.items():
-        service, _, name = operation.partition(":")
-        if service == "sqs":
-            sqs += n * PRICES["sqs_fifo"].usd
-        elif operation == "scheduler:Invocation":
-            scheduler += n * PRICES["scheduler_invocation"].usd
-        elif service == "lambda":
-            lam += lambda_cost(name.split()[0], n)
-    dynamodb = tally.wru * PRICES["dynamodb_wru"].usd + tally.rru * PRICES["dynamodb_rru"].usd
-    return {"DynamoDB": dynamodb, "SQS": sqs, "Scheduler": scheduler, "Lambda": lam}
+class Deployment:
+    """The stack's resources on moto and the handlers configured against them."""
+
+    def __init__(self) -> None:
+        setup = boto3.Session(region_name=REGION)  # the bench's own, unmetered clients
+        self.ddb = setup.client("dynamodb")
+        create_table(self.ddb, TABLE)
+        setup.client("s3").create_bucket(Bucket=BUCKET)
+        self.sqs = setup.client("sqs")
+        self.queue_url = self.sqs.create_queue(
+            QueueName="bide-cost-wakes.fifo",
+            Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"},
+        )["QueueUrl"]
+        arn = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])
+        setup.client("scheduler").create_schedule_group(Name=GROUP)
+        key = json.dumps({"current": "k" * 64, "previous": []})
+        setup.client("secretsmanager").create_secret(Name=SECRET, SecretString=key)
+        self.store = DynamoDBStore(TABLE, self.ddb, bucket=BUCKET, s3_client=setup.client("s3"))
+        os.environ.update(
+            {
+                c.ENV_APP: "cost_app:APP",
+                c.ENV_TABLE: TABLE,
+                c.ENV_BUCKET: BUCKET,
+                c.ENV_QUEUE_URL: self.queue_url,
+                c.ENV_QUEUE_ARN: arn["Attributes"]["QueueArn"],
+                c.ENV_SCHEDULE_GROUP: GROUP,
+                c.ENV_SCHEDULER_ROLE_ARN: f"arn:aws:iam::{ACCOUNT}:role/bide-scheduler",
+                c.ENV_WEBHOOK_BASE_URL: "https://hooks.example.test",
+                c.ENV_WEBHOOK_KEY_SECRET: SECRET,
+            }
+        )
+        # The handlers' clients come from boto3's default session: meter that one.
+        boto3.setup_default_session(region_name=REGION)
+        self.meter = Meter(self.ddb)
+        self.meter.install(boto3.DEFAULT_SESSION.events)  # type: ignore[union-attr]
+        from bide.handlers import signal, worker
+        from bide.service import observability as obs
+
+        self.signal, self.worker, self.obs = signal.handler, worker.handler, obs
+        obs.logger.setLevel("INFO")  # the stack sets no level: Powertools' default
+
+    def invoke(self, function: str, handler: Any, event: dict[str, Any], r: Round | None) -> Any:
+        """Run one invocation: its CPU time (less moto's and the meter's) and its log bytes."""
+        out = io.StringIO()
+        stream = self.obs.logger.registered_handler
+        previous = stream.setStream(out)  # type: ignore[attr-defined]
+        context = Context(function)
+        overhead = self.meter.overhead_s
+        try:
+            with contextlib.redirect_stdout(out):  # EMF metrics are printed
+                began = time.process_time()  # the routes run in a worker thread
+                answer = handler(event, context)
+                cpu = time.process_time() - began - (self.meter.overhead_s - overhead)
+        finally:
+            stream.setStream(previous)  # type: ignore[attr-defined]
+        self.last_log = out.getvalue()
+        if r is not None:
+            r.requests[f"lambda:{function}"] += 1
+            r.cpu_s[function] = r.cpu_s.get(function, 0.0) + cpu
+            ms = cm.billed_ms(cpu, MEMORY[function])
+            rid = context.aws_request_id
+            platform = (
+                f"START RequestId: {rid} Version: $LATEST\nEND RequestId: {rid}\n"
+                f"REPORT RequestId: {rid}\tDuration: {ms:.2f} ms\tBilled Duration: {ms} ms\t"
+                f"Memory Size: {MEMORY[function]} MB\tMax Memory Used: 112 MB\t\n"
+            )
+            r.log_bytes += len(out.getvalue().encode()) + len(platform.encode())
+        return answer
+
+    def api_request(self, event: dict[str, Any], r: Round | None) -> dict[str, Any]:
+        """API Gateway: the request, the signal function, the access log line."""
+        answer = self.invoke("signal", self.signal, event, r)
+        if answer["statusCode"] not in (200, 202):
+            raise RuntimeError(f"the signal function answered {answer}; its log: {self.last_log}")
+        if r is not None:
+            r.apigw += 1
+            caller = event["requestContext"].get("authorizer", {}).get("iam", {})
+            values = {
+                "$context.requestId": "JpZrNhpWIAMEbxw=",
+                "$context.requestTime": "01/Dec/2026:12:00:00 +0000",
+                "$context.routeKey": event["routeKey"],
+                "$context.status": str(answer["statusCode"]),
+                "$context.identity.sourceIp": "192.0.2.1",
+                "$context.identity.userArn": caller.get("userArn", "-"),
+                "$context.responseLength": str(len(answer.get("body") or "")),
+                "$context.responseLatency": "48",
+                "$context.integrationErrorMessage": "-",
+            }
+            line = json.dumps({k: values[v] for k, v in ACCESS_LOG.items()}, separators=(",", ":"))
+            r.log_bytes += len(line.encode()) + 1
+        return answer
+
+    def poll_and_work(self, r: Round | None) -> None:
+        """Be Lambda's SQS poller until the queue is empty: each batch, one worker call."""
+        while True:
+            found = self.sqs.receive_message(
+                QueueUrl=self.queue_url, MaxNumberOfMessages=10, AttributeNames=["All"]
+            )
+            messages = found.get("Messages", [])
+            if not messages:
+                return
+            records = [_record(m) for m in messages]
+            answer = self.invoke("worker", self.worker, {"Records": records}, r)
+            if answer["batchItemFailures"]:
+                raise RuntimeError(f"the worker failed wakes: {answer}")
+            entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in
+                       enumerate(messages)]  # fmt: skip
+            self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            if r is not None:
+                size = sum(len(m["Body"].encode()) for m in messages)
+                r.requests["sqs:ReceiveMessage (poller)"] += 1
+                r.requests["sqs:DeleteMessageBatch (poller)"] += 1
+                r.sqs_chunks += cm.sqs_chunks(size) + 1
 
 
-def durable_ops_per_wait(waits: int = 3) -> float:
-    """Operations the SDK checkpoints per ``context.wait_for_callback`` (its local runner)."""
-    from aws_durable_execution_sdk_python import DurableContext, durable_execution
-    from aws_durable_execution_sdk_python_testing import DurableFunctionTestRunner
-
-    holder: dict[str, Any] = {}
-
-    def submit(callback_id: str, _ctx: Any) -> None:
-        holder["runner"].send_callback_success(callback_id, b"1")
-
-    @durable_execution
-    def loop(event: Any, context: DurableContext) -> int:
-        for i in range(event["waits"]):
-            context.wait_for_callback(submit, name=f"w{i}")
-        return int(event["waits"])
-
-    with DurableFunctionTestRunner(handler=loop) as runner:
-        holder["runner"] = runner
-        result = runner.run(input=json.dumps({"waits": waits}), execution_timeout=60)
-    return len(result.get_all_operations()) / waits
-
-
-def peer_rows(ops_per_wait: float) -> dict[str, dict[str, float]]:
-    """USD per wait for the peers, by line item."""
-    resume = DURABLE_MEMORY_MB / 1024 * DURABLE_DURATION_MS / 1000
-    invocation = PRICES["lambda_request"].usd + resume * PRICES["lambda_arm_gb_s"].usd
-    handler = lambda_cost("signal", 1)  # a 512 MB, 50 ms function that handles one result
+def _record(message: dict[str, Any]) -> dict[str, Any]:
+    """An SQS message as Lambda's event source mapping hands it to the function."""
+    attributes = message.get("Attributes", {})
     return {
-        "SFN: waitForTaskToken, 1 transition": {
-            "Step Fn": PRICES["sfn_transition"].usd,
-            "SQS": PRICES["sqs_standard"].usd,
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": {
+            "ApproximateReceiveCount": attributes.get("ApproximateReceiveCount", "1"),
+            "MessageGroupId": attributes.get("MessageGroupId", ""),
         },
-        "SFN: + Lambda on result + Choice, 3 tr.": {
-            "Step Fn": 3 * PRICES["sfn_transition"].usd,
-            "SQS": PRICES["sqs_standard"].usd,
-            "Lambda": handler,
-        },
-        "durable: create_callback, 1 op": {
-            "durable": PRICES["durable_operation"].usd,
-            "Lambda": invocation,
-        },
-        f"durable: wait_for_callback, {ops_per_wait:g} ops": {
-            "durable": ops_per_wait * PRICES["durable_operation"].usd,
-            "Lambda": invocation,
-        },
+        "eventSource": "aws:sqs",
     }
 
 
-COLUMNS = ("DynamoDB", "SQS", "Scheduler", "Lambda", "Step Fn", "durable")
-LEGEND = (
-    "Bide: signal -> next wait: a long-lived task resumed by a signal sleeps on its next key "
-    "(signal function + worker). webhook -> result: a parked tool call resumed by its "
-    "webhook ends. whole call via webhook: the call created through the API, run until it "
-    "mints a webhook and parks, then that. timed wake -> re-park: an alarm fires, the task "
-    "sleeps again (alarm re-armed).",
-    "SFN: a Standard workflow Task with .waitForTaskToken whose token goes out by an SQS "
-    "message (one transition per wait), or with a Lambda task handling each result and a "
-    "Choice looping back (three). durable: one resume invocation per wait plus the "
-    "operations checkpointed (create_callback: one; wait_for_callback: context, step, "
-    "callback).",
-)
+def http_event(route: str, path: str, body: bytes, principal: str | None) -> dict[str, Any]:
+    """An API Gateway HTTP API (payload 2.0) event."""
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": route,
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json", "content-length": str(len(body))},
+        "requestContext": {
+            "accountId": ACCOUNT,
+            "apiId": "api",
+            "domainName": "api.example.test",
+            "domainPrefix": "api",
+            "http": {"method": "POST", "path": path, "protocol": "HTTP/1.1",
+                     "sourceIp": "192.0.2.1", "userAgent": "bench"},
+            "requestId": str(uuid.uuid4()),
+            "routeKey": route,
+            "stage": "$default",
+            "time": "01/Dec/2026:12:00:00 +0000",
+            "timeEpoch": 1_796_126_400_000,
+        },
+        "body": body.decode(),
+        "isBase64Encoded": False,
+    }  # fmt: skip
+    if principal is not None:
+        event["requestContext"]["authorizer"] = {
+            "iam": {"accountId": ACCOUNT, "callerId": "AIDABENCH", "userArn": principal}
+        }
+    return event
+
+
+async def build_history(d: Deployment, session_id: str, kind: Any, n: int) -> str:
+    """Run ``n`` waits of ``kind`` on SQLite (uncounted), copy the task into DynamoDB and
+    record ``CALLER`` as the session's owner. The task's id."""
+    sqlite = SQLiteStore()
+    harness = Harness(sqlite, session_id, APP.task_kinds(), ids=RandomIds())
+    await harness.attach()
+    task_id = await harness.create_task(kind, None)
+    await harness.run_until_parked()
+    for i in range(n):
+        await harness.deliver(task_id, REPLY, f"k{i}", {"text": "x"})
+        await harness.run_until_parked()
+    record = sqlite.get_task(session_id, task_id)
+    assert isinstance(record, TaskRecord) and record.state.status == "sleeping", record
+    seq = d.store.commit(session_id, 0, [record])
+    d.store.commit(session_id, seq, [], [Doc(OWNER_KEY, {"principal": CALLER})])
+    sqlite.close()
+    return task_id
+
+
+def one_wait(
+    d: Deployment, route: str, session_id: str, task_id: str, n: int, r: Round | None
+) -> None:
+    """Signal key k<n> by ``route``, then run the worker: the task sleeps on k<n+1>."""
+    body = json.dumps({"text": "x"}).encode()
+    if route == "webhook":
+        token = HOOKS[session_id]
+        event = http_event("POST /hooks/{token}", f"/hooks/{token}", body, None)
+        event["pathParameters"] = {"token": token}
+    else:
+        signal = REPLY.name
+        path = f"/sessions/{session_id}/tasks/{task_id}/signals/{signal}/k{n}"
+        event = http_event(
+            "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}", path, body,
+            CALLER,
+        )  # fmt: skip
+        event["pathParameters"] = {
+            "session_id": session_id, "task_id": task_id, "signal": signal, "key": f"k{n}"
+        }  # fmt: skip
+    answer = d.api_request(event, r)
+    if json.loads(answer["body"])["result"] != "delivered":
+        raise RuntimeError(f"{route} k{n}: {answer}")
+    d.poll_and_work(r)
+    record = d.store.get_task(session_id, task_id)
+    assert record is not None and record.state.status == "sleeping", record
+    assert record.state.checkpoint["n"] == n + 2, record.state  # type: ignore[union-attr]
+
+
+def measure(d: Deployment, route: str, n: int) -> list[Round]:
+    """ROUNDS counted waits after ``n`` of history (and one warm, uncounted)."""
+    session_id = f"{route}-{n}"
+    kind = HookLooper if route == "webhook" else Looper
+    task_id = asyncio.run(build_history(d, session_id, kind, n))
+    # Warm rounds, uncounted: cold starts and the webhook key's first read. The history's last
+    # webhook was minted on SQLite, so the webhook loop's first warm round goes by task id.
+    one_wait(d, "iam", session_id, task_id, n, None)
+    one_wait(d, route, session_id, task_id, n + 1, None)
+    rounds = []
+    for i in range(n + 2, n + 2 + ROUNDS):
+        r = Round()
+        d.meter.round = r
+        try:
+            one_wait(d, route, session_id, task_id, i, r)
+        finally:
+            d.meter.round = None
+        rounds.append(r)
+    if any(r.requests != rounds[0].requests for r in rounds):
+        raise RuntimeError(f"{route} at {n}: request counts differ: {[r.requests for r in rounds]}")
+    return rounds
+
+
+def median_round(rounds: list[Round]) -> Round:
+    """The rounds' counts (equal) with their median CPU time and mean units and log bytes."""
+    first = rounds[0]
+    return Round(
+        requests=first.requests,
+        wru=statistics.mean(r.wru for r in rounds),
+        wru_index=statistics.mean(r.wru_index for r in rounds),
+        rru=statistics.mean(r.rru for r in rounds),
+        sqs_chunks=first.sqs_chunks,
+        cpu_s={f: statistics.median(r.cpu_s[f] for r in rounds) for f in first.cpu_s},
+        log_bytes=round(statistics.mean(r.log_bytes for r in rounds)),
+        apigw=first.apigw,
+    )
 
 
 def main() -> None:
     began = time.perf_counter()
-    counts = measure_requests()
-    ops = durable_ops_per_wait()
-    rows: dict[str, dict[str, float]] = {
-        "Bide: signal -> next wait": bide_cost(counts["signal -> wait"]),
-        "Bide: webhook -> result": bide_cost(counts["webhook -> result"]),
-    }
-    start, hook = bide_cost(counts["tool start"]), bide_cost(counts["webhook -> result"])
-    rows["Bide: whole call via webhook"] = {k: start[k] + hook[k] for k in start}
-    rows["Bide: timed wake -> re-park"] = bide_cost(counts["timed -> re-park"])
-    rows.update(peer_rows(ops))
-    base = sum(rows["Bide: signal -> next wait"].values())
-
-    say = textwrap.TextWrapper(
-        width=96,
-        initial_indent="    ",
-        subsequent_indent="      ",
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-    print(f"USD per million waits: list prices, us-east-1, no free tier, found on {FOUND_ON}")
-    print("(sources below). Bide: the requests bench_aws_requests.py counted in this run.")
-    print()
-    width = max(len(r) for r in rows) + 1
-    head = "".join(f"{c:>10}" for c in COLUMNS) + f"{'total':>9}{'/ Bide':>8}"
-    print(f"    {'':<{width}}{head}")
-    for label, items in rows.items():
-        total = sum(items.values())
-        cells = "".join(f"{items.get(c, 0.0) * MILLION:>10.2f}" for c in COLUMNS)
-        print(f"    {label:<{width}}{cells}{total * MILLION:>9.2f}{total / base:>8.2f}")
-    print()
-    for line in LEGEND:
-        print(say.fill(line))
-    durations = ", ".join(f"{f} {DURATION_MS[f]} ms at {MEMORY_MB[f]} MB" for f in DURATION_MS)
-    print(
-        say.fill(
-            f"Assumptions (stated, not measured): Lambda durations {durations}; a durable "
-            f"function's resume {DURABLE_DURATION_MS} ms at {DURABLE_MEMORY_MB} MB; Arm prices; "
-            "SQS event source polling while idle not included; DynamoDB capacity estimated "
-            "from item sizes (local index writes not included). Scheduler API calls (create, "
-            "delete schedule) carry no listed price and are not priced."
-        )
-    )
-    print(say.fill(f"Operations per wait_for_callback (the SDK's local runner): {ops:g}."))
-    print(say.fill(f"Not priced: {NOT_FOUND}"))
-    print()
-    print("    Prices:")
-    for price in PRICES.values():
-        print(say.fill(f"{price.unit}: ${price.usd * MILLION:g} per million [{price.source}]"))
-    missing = [s for s in SCENARIOS if s not in counts]
-    if missing:
-        print(f"    (scenarios without counts: {missing})")
+    results: dict[tuple[str, int], Round] = {}
+    with fake_aws():
+        d = Deployment()
+        with d.meter.moto_timed():
+            for n in HISTORY:
+                for route in ROUTES:
+                    results[(route, n)] = median_round(measure(d, route, n))
+    durable = {n: durable_resume_cpu(n) for n in HISTORY}
+    print_report(results, durable, MEMORY, HISTORY, ROUTES, ROUNDS)
     print(f"\ntotal {time.perf_counter() - began:.1f} s")
 
 

@@ -1,0 +1,138 @@
+"""The metering rules ``bench/bench_cost.py`` prices by: AWS's documented units, the stack's
+memory sizes as deployed, and the DynamoDB meter (request units, local index writes) on moto.
+
+Rules checked (AWS documentation): a write request unit per 1 KB of the larger of the item
+before and after, two inside a transaction, and a local secondary index write per KB of its
+entry, two when the index key changes
+(https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/LSI.html#LSI.ThroughputConsiderations.Writes);
+SQS bills a request per 64 KB chunk; Lambda bills per 1 ms and gives a function one vCPU at
+1,769 MB (https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import cost_model as cm
+from cost_meter import Meter, Round
+
+from bide.aws.table import LIVE_INDEX_KEY, create_table
+
+
+def test_billing_units_follow_the_documented_rules() -> None:
+    assert cm.write_units(1) == 1 and cm.write_units(1024) == 1 and cm.write_units(1025) == 2
+    assert cm.read_units(4096) == 1 and cm.read_units(4097) == 2
+    assert cm.sqs_chunks(0) == 1 and cm.sqs_chunks(65_536) == 1 and cm.sqs_chunks(65_537) == 2
+    # Below 1,769 MB a function has that share of a core: 10 ms of one core's CPU at 512 MB
+    # takes 10 * 1769 / 512 = 34.55 ms, billed as 35.
+    assert cm.billed_ms(0.010, 512) == 35
+    assert cm.billed_ms(0.010, 1769) == 10 and cm.billed_ms(0.010, 3008) == 10
+    assert cm.billed_ms(0.0000001, 1024) == 1  # at least 1 ms
+    # 1,000 ms at 1,024 MB is one GB-second.
+    assert cm.lambda_usd(1, 1000, 1024) == pytest.approx(
+        cm.PRICES["lambda_request"].usd + cm.PRICES["lambda_arm_gb_s"].usd
+    )
+
+
+def test_memory_sizes_and_access_log_are_the_stacks() -> None:
+    import inspect
+
+    from bide.cdk.api import ACCESS_LOG_FORMAT
+    from bide.cdk.service import BideService
+
+    defaults = inspect.signature(BideService.__init__).parameters
+    assert cm.stack_memory_mb() == {
+        "worker": defaults["worker_memory_size"].default,
+        "signal": defaults["handler_memory_size"].default,
+        "api": defaults["handler_memory_size"].default,
+    }
+    import json
+
+    assert cm.access_log_format() == json.loads(ACCESS_LOG_FORMAT)
+
+
+@pytest.fixture
+def table() -> Iterator[Any]:
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_table(client, "t")
+        yield client
+
+
+def _item(sk: str, size: int, live: str | None) -> dict[str, Any]:
+    item: dict[str, Any] = {"pk": {"S": "s"}, "sk": {"S": sk}}
+    if live is not None:
+        item[LIVE_INDEX_KEY] = {"S": live}
+    pad = size - sum(len(k) + len(v["S"]) for k, v in item.items()) - len("body")
+    item["body"] = {"S": "x" * pad}
+    return item
+
+
+def _metered(table: Any, call: Any) -> Round:
+    import boto3
+
+    session = boto3.Session(region_name="us-east-1")
+    meter = Meter(table)
+    meter.install(session.events)
+    client = session.client("dynamodb")
+    meter.round = Round()
+    call(client)
+    return meter.round
+
+
+def test_transactional_put_and_its_index_entry(table: Any) -> None:
+    item = _item("T#a", 1500, "L#a")  # 1.5 KB: 2 units, twice in a transaction
+    r = _metered(
+        table,
+        lambda c: c.transact_write_items(TransactItems=[{"Put": {"TableName": "t", "Item": item}}]),
+    )
+    assert r.requests["dynamodb:TransactWriteItems"] == 1
+    assert r.wru == 4 and r.wru_index == 2
+
+
+def test_plain_put_without_index_key_costs_no_index_write(table: Any) -> None:
+    item = _item("D#a", 500, None)
+    r = _metered(table, lambda c: c.put_item(TableName="t", Item=item))
+    assert r.wru == 1 and r.wru_index == 0
+
+
+def test_update_is_priced_on_the_larger_image_and_a_key_change_twice(table: Any) -> None:
+    table.put_item(TableName="t", Item=_item("T#b", 3000, "L#b"))  # 3 KB before
+    key = {"pk": {"S": "s"}, "sk": {"S": "T#b"}}
+    r = _metered(
+        table,
+        lambda c: c.update_item(
+            TableName="t",
+            Key=key,
+            UpdateExpression="SET #l = :l, body = :b",
+            ExpressionAttributeNames={"#l": LIVE_INDEX_KEY},
+            ExpressionAttributeValues={":l": {"S": "L#c"}, ":b": {"S": "y"}},
+        ),
+    )
+    assert r.wru == 3  # the item before (3 KB), not after (a few bytes)
+    assert r.wru_index == 3 + 1  # the old entry removed (3 KB) and the new one put (1 KB)
+
+
+def test_removing_the_index_key_removes_the_entry(table: Any) -> None:
+    table.put_item(TableName="t", Item=_item("T#d", 900, "L#d"))
+    key = {"pk": {"S": "s"}, "sk": {"S": "T#d"}}
+    r = _metered(
+        table,
+        lambda c: c.update_item(
+            TableName="t",
+            Key=key,
+            UpdateExpression="REMOVE #l",
+            ExpressionAttributeNames={"#l": LIVE_INDEX_KEY},
+        ),
+    )
+    assert r.wru == 1 and r.wru_index == 1
