@@ -19,9 +19,10 @@ import inspect
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
+from ..constants import AUTH_PROVIDERS_SERVICE
 from .errors import WorkflowError
 
-SERVICE = "auth_providers"
+SERVICE = AUTH_PROVIDERS_SERVICE
 
 
 class AuthProviders(Protocol):
