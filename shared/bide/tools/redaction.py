@@ -115,6 +115,17 @@ class Secrets:
         """Whether ``text`` holds a registered secret in any form."""
         return any(form in text for form in self._forms)
 
+    def leaks_value(self, value: Any) -> bool:
+        """Whether any string (key or value) of a JSON value holds a registered secret: each
+        string is checked as it is, so a JSON text nested in a string is seen unescaped."""
+        if isinstance(value, str):
+            return self.leaks(value)
+        if isinstance(value, dict):
+            return any(self.leaks_value(k) or self.leaks_value(v) for k, v in value.items())
+        if isinstance(value, list | tuple):
+            return any(self.leaks_value(v) for v in value)
+        return False
+
     def scrub(self, text: str) -> str:
         """``text`` with every form of every registered secret replaced by REDACTED."""
         forms = self._forms

@@ -121,10 +121,10 @@ class StepContext:
 
     def _refuse(self, value: Any) -> str | None:
         try:
-            text = json.dumps(value, allow_nan=False)
+            json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
             return scrub(f"step {self.name!r} returned a value that is not JSON: {exc}")
-        if SECRETS.leaks(text):  # any registered token, in any encoding scrub() knows
+        if SECRETS.leaks_value(value):  # any registered token, in any encoding scrub() knows
             return f"step {self.name!r} returned a provider token; tokens never enter the history"
         return None
 
