@@ -130,6 +130,37 @@ ENCODERS = {
 }
 
 
+def dump_store(store: SQLiteStore) -> str:
+    """Every row of every table of an SQLite store (tasks ended or live, memos, documents)."""
+    db = store._db
+    names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    rows = [list(row) for name in names for row in db.execute(f'SELECT * FROM "{name}"')]
+    return "\n".join(text for row in rows for cell in row for text in strings(cell))
+
+
+def strings(value) -> list[str]:
+    """``value`` as text, and every string inside it when it is JSON (each unescaped once,
+    so a JSON text nested in a string is read as the code wrote it)."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    out = [str(value)]
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return out
+        stack = [parsed]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                out.append(item)
+            elif isinstance(item, dict):
+                stack += [*item.keys(), *item.values()]
+            elif isinstance(item, list):
+                stack += item
+    return out
+
+
 def every_trace(text: str) -> list[str]:
     """The encodings of TOKEN found in ``text`` (each decoder's view of it)."""
     return sorted(name for name, enc in ENCODERS.items() if enc(TOKEN) in text) + sorted(
@@ -150,7 +181,7 @@ def leaky_session(encoding: str):
             raise RuntimeError(f"GET failed for {leaked}")
 
         try:
-            return await ctx.step(call_api, name="call", retry=RetryPolicy(2, initial_delay=0))
+            return await ctx.step(call_api, name="call", retry=RetryPolicy(2, initial_delay=60))
         except StepFailed as exc:
             log.warning("step failed", exc_info=True)
             return f"failed: {exc}"
@@ -182,29 +213,19 @@ def test_a_step_error_carrying_the_token_leaves_no_trace(encoding, caplog):
         await conv.create("main")
         await conv.submit("main", "go", request_id="r1")
         await kit.h.run_until_parked()
+        parked = dump_store(kit.store)  # the first attempt's error is a memo of the live call
+        assert "GET failed for " in parked and REDACTED in parked
+        kit.clock.advance(60)
+        await kit.h.run_until_parked()
         entries = conv.entries("main")
         results = [e for e in entries if e["type"] == "tool_result"]
         assert results and "failed: step 'call' failed after 2 attempt(s)" in results[0]["text"]
         assert REDACTED in results[0]["text"]
-        tasks = kit.store.load("s1").tasks
-        everything = json.dumps(
-            [
-                [d.body for d in kit.store.list_docs("s1", "")],
-                entries,
-                {t: r.model_dump(mode="json") for t, r in tasks.items()},
-                [kit.store.get_task("s1", t).model_dump(mode="json") for t in tasks],
-            ]
-        )
-        # every ended task too (the tool call's memos: the step's attempts and its error)
-        ended = [
-            kit.store.get_task("s1", t)
-            for t in {e.get("task_id") for e in entries if e.get("task_id")}
-        ]
-        everything += json.dumps([r.model_dump(mode="json") for r in ended if r is not None])
-        return everything
+        return entries, parked + dump_store(kit.store)
 
-    everything = asyncio.run(go())
-    assert "GET failed for " + REDACTED in everything or REDACTED in everything
+    entries, everything = asyncio.run(go())
+    assert "GET failed for " in everything and REDACTED in everything  # the error, recorded
+    assert every_trace(json.dumps(entries)) == []
     assert every_trace(everything) == []
     logged = caplog.text + "".join(r.getMessage() for r in caplog.records)
     assert "request failed: " in logged
@@ -299,3 +320,37 @@ def test_a_crash_at_either_callback_commit_then_the_callback_again_resumes(fail_
         assert calls == [TOKEN]
 
     run(go())
+
+
+def test_a_tool_result_carrying_a_registered_token_reaches_neither_model_nor_history():
+    from bide.tools import define_tool
+
+    seen: list[str] = []
+
+    async def leaky(args, api):
+        return f"authorized with {ENCODERS['basic-auth'](TOKEN)}"
+
+    def script(request: ModelRequest):
+        if request.messages[-1].role == "user":
+            return call_tool("leaky", {}, id="c1")
+        seen.append(json.dumps([m.model_dump(mode="json") for m in request.messages]))
+        return reply("ok")
+
+    async def go():
+        agent = Agent(
+            ScriptedProvider(script), ToolRegistry([define_tool("leaky", "", Note, leaky)])
+        )
+        kit = Kit(*agent.task_kinds())
+        conv = Conversations(kit.h, agent)
+        port = StoredAuthProviders(kit.store, StaticWebhookKeys(KEY_A))
+        port.store_token("s1", "github", TOKEN)  # this process handled it: registered
+        await kit.h.open()
+        await conv.create("main")
+        await conv.submit("main", "go", request_id="r1")
+        await kit.h.run_until_parked()
+        return json.dumps(conv.entries("main")), dump_store(kit.store)
+
+    entries, everything = run(go())
+    assert "authorized with Basic" in entries and REDACTED in entries
+    assert seen and every_trace(seen[0]) == []  # what the model was sent
+    assert every_trace(entries) == [] and every_trace(everything) == []
