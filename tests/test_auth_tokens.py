@@ -93,7 +93,7 @@ def test_bad_tokens_and_providers_are_refused_with_the_field():
     port = StoredAuthProviders(SQLiteStore(), StaticWebhookKeys(KEY_A))
     for provider, token, field in (
         ("github", "", "token"),
-        ("github", "x" * 20_000, "token"),
+        ("github", "x" * 70_000, "token"),
         ("", TOKEN, "provider"),
     ):
         with pytest.raises(TokenRefused, match=field):

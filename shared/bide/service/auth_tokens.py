@@ -53,9 +53,9 @@ PARTITION_PREFIX = "#auth/"
 DOC_PREFIX = "p/"
 #: The label the key-encryption key is derived under (changing it orphans every sealed token).
 KEK_LABEL = b"bide provider tokens: key-encryption key v1"
-#: The longest token accepted, in UTF-8 bytes (a DynamoDB item holds 400 KB; OAuth tokens and
-#: JWTs are a few KB).
-MAX_TOKEN_BYTES = 16 * 1024
+#: The longest token accepted, in UTF-8 bytes: the route takes 16,384 characters of at most 4
+#: bytes each; sealed and base64-encoded that stays far under DynamoDB's 400 KB item.
+MAX_TOKEN_BYTES = 64 * 1024
 MAX_PROVIDER_CHARS = 128
 _RETRIES = 20
 _VERSION = 1
