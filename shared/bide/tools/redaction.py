@@ -19,8 +19,11 @@ reserved character encoded, or ``/`` kept, spaces as ``%20`` or ``+``). Every fo
 by :data:`REDACTED`. Secrets shorter than :data:`MIN_SECRET_CHARS` are not registered: they
 would redact ordinary words.
 
-The registry is per process and bounded (:data:`MAX_SECRETS`, oldest forgotten first): a
-process only needs the secrets it handled, because only it can leak them.
+The registry is per process and bounded (:data:`MAX_SECRETS`, least recently registered
+forgotten first; every ``get_token`` registers again): a process only needs the secrets it
+handled, because only it can leak them, and only while a step holds them. The bound keeps the
+scan cheap: scrubbing checks every form against every string, about 30 ms per 100 KB of text
+with 64 secrets registered (4 to 16 forms each), against 0.1 ms with one.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any
 
 REDACTED = "[redacted]"
 MIN_SECRET_CHARS = 8
-MAX_SECRETS = 1024
+MAX_SECRETS = 64
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
