@@ -42,6 +42,7 @@ import secrets
 from typing import Any
 
 from ..engine.errors import ConflictError, StoreUnavailable
+from ..engine.limits import ValueRefused
 from ..engine.store.base import Doc, Store
 from ..tools.redaction import register
 from ..tools.webhook_keys import WebhookKeys
@@ -61,8 +62,9 @@ _RETRIES = 20
 _VERSION = 1
 
 
-class TokenRefused(ValueError):
-    """A token or provider name the store does not take; the message says which and why."""
+class TokenRefused(ValueRefused):
+    """A token or provider name the store does not take (nothing was stored): the message
+    says which field and why; the route answers 400."""
 
 
 def _b64(data: bytes) -> str:
@@ -176,11 +178,11 @@ class StoredAuthProviders:
         """Seal and keep ``token`` (replacing an older one). Raises :class:`TokenRefused`
         for an empty or oversized token or provider name."""
         if not isinstance(token, str) or not token:
-            raise TokenRefused("token: must be a non-empty string")
+            raise TokenRefused("token", "must be a non-empty string")
         if len(token.encode("utf-8")) > MAX_TOKEN_BYTES:
-            raise TokenRefused(f"token: longer than {MAX_TOKEN_BYTES} bytes")
+            raise TokenRefused("token", f"is longer than {MAX_TOKEN_BYTES} bytes", MAX_TOKEN_BYTES)
         if not provider or len(provider) > MAX_PROVIDER_CHARS:
-            raise TokenRefused(f"provider: must be 1 to {MAX_PROVIDER_CHARS} characters")
+            raise TokenRefused("provider", f"must be 1 to {MAX_PROVIDER_CHARS} characters")
         register(token)
         who = self.identity(session_id)
         body = seal(token, who, provider, kek(self.keys.current()))
