@@ -354,3 +354,27 @@ def test_a_tool_result_carrying_a_registered_token_reaches_neither_model_nor_his
     assert "authorized with Basic" in entries and REDACTED in entries
     assert seen and every_trace(seen[0]) == []  # what the model was sent
     assert every_trace(entries) == [] and every_trace(everything) == []
+
+
+def test_a_background_runs_end_carries_no_registered_token():
+    from test_workflow_support import Tools
+
+    async def body(args, ctx, task):
+        if args.note == "fail":
+            raise RuntimeError(f"gave up on {ENCODERS['url'](TOKEN)}")
+        return {"summary": f"done with {ENCODERS['base64'](TOKEN)}"}
+
+    async def go():
+        t = await Tools(define_workflow_tool("bg", "", Note, body, lifetime="task")).start()
+        SECRETS.register(TOKEN)  # this process handled it
+        await t.call("bg", {"note": "ok"})
+        await t.call("bg", {"note": "fail"})
+        await t.h.run_until_parked()
+        infos = background_tasks(t.h)
+        return infos, dump_store(t.kit.store)
+
+    infos, everything = run(go())
+    assert sorted(i.status for i in infos) == ["completed", "failed"]
+    assert "done with" in everything and "gave up on" in everything
+    assert every_trace(everything) == []
+    assert every_trace(json.dumps([i.model_dump(mode="json") for i in infos])) == []
