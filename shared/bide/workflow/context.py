@@ -104,6 +104,7 @@ class StepContext:
         self.task_id = ctx.task_id
         self.aborted = asyncio.Event() if ctx.cancelled else ctx._host.aborted
         """Set once the run is aborted (never during cleanup: cleanup is not cut short)."""
+        self._tokens: list[str] = []  # also those too short to register for redaction
 
     def now(self) -> float:
         """The harness clock (steps may read it; the body should not)."""
@@ -116,6 +117,7 @@ class StepContext:
         token = await resolved(port.get_token(self.session_id, provider))
         if not token:
             raise AuthorizationRequired(provider)
+        self._tokens.append(str(token))
         register_secret(str(token))  # scrubbed from whatever this process records or logs
         return str(token)
 
@@ -125,10 +127,11 @@ class StepContext:
 
     def _refuse(self, value: Any) -> str | None:
         try:
-            json.dumps(value, allow_nan=False)
+            text = json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
             return scrub(f"step {self.name!r} returned a value that is not JSON: {exc}")
-        if SECRETS.leaks_value(value):  # any registered token, in any encoding scrub() knows
+        # Any registered token in any encoding scrub() knows, and this step's own as they are.
+        if SECRETS.leaks_value(value) or any(token in text for token in self._tokens):
             return f"step {self.name!r} returned a provider token; tokens never enter the history"
         return None
 
