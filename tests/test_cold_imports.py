@@ -48,6 +48,7 @@ NEVER_AT_IMPORT = (
     "bide.aws.scheduler",
     "bide.engine.store.sqlite",
     "bide.local",
+    "cryptography",  # sealing provider tokens: on the first token only
     "bide.testing",
     "bide.cdk",
     "bide.scaffold",

@@ -43,6 +43,7 @@ from handler_fixtures import (  # noqa: F401
     make_bench,
     signal_event,
 )
+from test_auth_deployed import make_app as signin_app
 
 from bide import constants as c
 from bide.aws.sqs import SqsDeadLetters
@@ -299,6 +300,22 @@ def test_each_function_calls_exactly_its_grants(aws: dict[str, Any], monkeypatch
     for count in ("2", "3"):
         record["attributes"]["ApproximateReceiveCount"] = count
         asyncio.run(handler_fixtures.handle_worker(bench.deps, {"Records": [record]}, None))
+
+    # Sign-in in steps (tests/test_auth_deployed.py): the step parks on a sign-in, the API
+    # stores the sealed token (table + key secret), the worker reads it back. No new action.
+    monkeypatch.setattr(worker_batch, "run_session", real_run)
+    app_before, bench.deps.app = bench.deps.app, signin_app()
+    signin = call_api(bench, rec, "POST", "/sessions")["session_id"]
+    box = {"content": "make a box", "request_id": "r-box"}
+    call_api(bench, rec, "POST", f"/sessions/{signin}/inputs", box)
+    bench.drain()
+    [request] = call_api(bench, rec, "GET", f"/sessions/{signin}/workflow")["authorizations"]
+    path = f"/sessions/{signin}/authorizations/{request['id']}/complete"
+    assert call_api(bench, rec, "POST", path, {"token": "gho_infra-token-1"})["result"] == (
+        "delivered"
+    )
+    bench.drain()
+    bench.deps.app = app_before
 
     for name in FUNCTIONS:
         granted = {(kind, a) for kind, actions in FUNCTION_GRANTS[name].items() for a in actions}

@@ -87,3 +87,6 @@ NONDETERMINISM_SINK = "workflow_nondeterminism"
 # The harness service holding the moment (epoch seconds) the worker's invocation must stop
 # (bide.agent.generation sizes model requests to it); here so the worker need not import agents.
 STOP_AT_SERVICE = "invocation_stop_at"
+#: The harness service under which a host passes its provider-token port
+#: (:class:`bide.workflow.AuthProviders`; the service's own is bide.service.auth_tokens).
+AUTH_PROVIDERS_SERVICE = "auth_providers"

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..aws.ports import Alarms, DeadLetters, EndedSessions, WakeQueue
-from ..constants import NONDETERMINISM_SINK, WORKER_LEASE_SECONDS
+from ..constants import AUTH_PROVIDERS_SERVICE, NONDETERMINISM_SINK, WORKER_LEASE_SECONDS
 from ..engine.clock import Clock, SystemClock
 from ..engine.ids import IdSource, RandomIds
 from ..engine.store.base import Store
 from ..tools.webhook_keys import WEBHOOK_KEYS_SERVICE, WebhookKeys, process_keys
 from . import observability as obs
+from .auth_tokens import StoredAuthProviders
 
 if TYPE_CHECKING:
     from ..app import App  # the app's tasks and tools: imported by whoever builds Deps
@@ -58,5 +59,8 @@ class Deps:
             "webhook_base_url": self.webhook_base_url,
             WEBHOOK_KEYS_SERVICE: self.webhook_keys,
             NONDETERMINISM_SINK: obs.workflow_nondeterminism,
+            # Provider tokens for steps (bide.workflow.auth): sealed in this store under the
+            # deployment key; a host may pass its own port in ``services``.
+            AUTH_PROVIDERS_SERVICE: StoredAuthProviders(self.store, self.webhook_keys),
             **self.services,
         }

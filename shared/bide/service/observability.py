@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,11 +30,15 @@ from ..engine.errors import ConflictError
 from ..engine.records import TaskRecord
 from ..engine.store.base import Doc
 from ..engine.store.wrapper import StoreWrapper
+from ..tools.redaction import install_log_filter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 logger = Logger(service=SERVICE_NAME)
 """The services' logger (JSON lines; level from ``POWERTOOLS_LOG_LEVEL``)."""
+# No provider token reaches a log line, whichever logger wrote it (bide.tools.redaction).
+install_log_filter(logging.getLogger(logger.name))
+install_log_filter()
 
 # Metric names, so dashboards and alarms (bide.cdk) and the code agree.
 WAKES = "Wakes"  # dimension reason: why a worker ran

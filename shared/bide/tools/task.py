@@ -35,6 +35,7 @@ from ..engine.tasks import TaskDefinition, TaskView, define_task
 from .api import ToolExecutionApi
 from .define import ToolArgumentsError, ToolDefinition
 from .hooks import Block, Replace, ToolCall
+from .redaction import scrub_value
 from .results import Sleep, ToolErrorCode, ToolResult, Wait
 
 if TYPE_CHECKING:
@@ -398,6 +399,10 @@ async def _settle(
     """The result commit: after_tool, then the outcome (and, with agent sessions, the entry)."""
     result = await _finish_result(registry, task, rt, call, result)
     payload = result.model_dump(mode="json")
+    # What the model and the history see: never a registered provider token (tools.redaction).
+    clean = scrub_value(payload)
+    if clean != payload:
+        result, payload = ToolResult.model_validate(clean), clean
     outcome = Failed(error=payload) if failed else Completed(result=payload)
     await rt.commit(_with_entry(registry, task, call, result, Terminal(outcome=outcome)))
 

@@ -8,9 +8,15 @@ document like an ask) and the step is retried once the callback stored a token a
 the request. ``require_auth(provider)`` says the token was rejected: sign in again. A token
 rejected in the attempt right after a sign-in fails the step (no loop).
 
-Tokens never enter the recorded history: they are returned to the step only, and a step
-whose result contains a token it received fails instead of being recorded. In the workflow
-body itself both methods raise :class:`~bide.workflow.errors.WorkflowError`.
+Tokens never enter the recorded history: they are returned to the step only. Every token a
+step receives is registered for redaction (:mod:`bide.tools.redaction`): a step whose result
+holds one, in any encoding the redaction knows, fails instead of being recorded; a step's
+error, the run's error, tool results and log lines have it replaced by ``[redacted]``. In the
+workflow body itself both methods raise :class:`~bide.workflow.errors.WorkflowError`.
+
+Whose token a session uses is the port's business: the service and the local stack pass
+:class:`bide.service.auth_tokens.StoredAuthProviders` (sealed at rest, per session owner and
+provider); :class:`InMemoryAuthProviders` keeps tokens per session, in memory (tests, examples).
 """
 
 from __future__ import annotations
@@ -19,13 +25,15 @@ import inspect
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
+from ..constants import AUTH_PROVIDERS_SERVICE
 from .errors import WorkflowError
 
-SERVICE = "auth_providers"
+SERVICE = AUTH_PROVIDERS_SERVICE
 
 
 class AuthProviders(Protocol):
-    """Where tokens live, per session identity and provider."""
+    """Where tokens live: looked up by session and provider (the port decides whose token a
+    session uses)."""
 
     def get_token(self, session_id: str, provider: str) -> str | Awaitable[str | None] | None:
         """The cached token, or None when the person must sign in (may be async)."""

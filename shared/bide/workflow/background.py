@@ -39,6 +39,7 @@ from ..engine.state import Aborted, Completed, Failed, Outcome, Running, Sleepin
 from ..engine.tasks import TaskDefinition, TaskView, define_task
 from ..tools.api import ToolExecutionApi
 from ..tools.define import WorkflowTool
+from ..tools.redaction import scrub, scrub_value
 from ..tools.results import Sleep, ToolErrorCode, ToolResult, Wait
 from .context import Errored, Finished, Parked, RunHost, open_requests, run_body
 from .history import WEBHOOK
@@ -343,6 +344,8 @@ async def _end(
     failed it (kept in the index entry and the outcome, for an operator)."""
     spec = _spec(task)
     requests = open_requests(rt)
+    # The index entry and the parent's message: never a registered token (tools.redaction).
+    result, error = scrub_value(result), None if error is None else scrub(error)
     outcome: Outcome
     text = ""
     if status == "completed":

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ..engine.signals import SignalToken
+from ..tools.redaction import SECRETS, scrub
+from ..tools.redaction import register as register_secret
 from ..tools.results import Sleep
 from .auth import providers_of, resolved
 from .errors import AuthorizationRequired, Cancelled, NonDeterminism, WorkflowError, _Suspend
@@ -102,7 +104,7 @@ class StepContext:
         self.task_id = ctx.task_id
         self.aborted = asyncio.Event() if ctx.cancelled else ctx._host.aborted
         """Set once the run is aborted (never during cleanup: cleanup is not cut short)."""
-        self._tokens: list[str] = []
+        self._tokens: list[str] = []  # also those too short to register for redaction
 
     def now(self) -> float:
         """The harness clock (steps may read it; the body should not)."""
@@ -116,6 +118,7 @@ class StepContext:
         if not token:
             raise AuthorizationRequired(provider)
         self._tokens.append(str(token))
+        register_secret(str(token))  # scrubbed from whatever this process records or logs
         return str(token)
 
     async def require_auth(self, provider: str) -> NoReturn:
@@ -126,8 +129,9 @@ class StepContext:
         try:
             text = json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            return f"step {self.name!r} returned a value that is not JSON: {exc}"
-        if any(token in text for token in self._tokens):
+            return scrub(f"step {self.name!r} returned a value that is not JSON: {exc}")
+        # Any registered token in any encoding scrub() knows, and this step's own as they are.
+        if SECRETS.leaks_value(value) or any(token in text for token in self._tokens):
             return f"step {self.name!r} returned a provider token; tokens never enter the history"
         return None
 
@@ -554,9 +558,9 @@ async def run_body(
         assert ctx._park is not None
         return Parked(ctx._park)  # even when the body swallowed the suspension
     if cancelling:
-        return Unwound(None if failure is None else f"{type(failure).__name__}: {failure}")
+        return Unwound(None if failure is None else scrub(f"{type(failure).__name__}: {failure}"))
     if failure is not None:
-        return Errored(f"{type(failure).__name__}: {failure}")
+        return Errored(scrub(f"{type(failure).__name__}: {failure}"))
     return Finished(value)
 
 

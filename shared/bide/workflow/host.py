@@ -14,6 +14,7 @@ from typing import Any
 
 from ..engine.harness import Draft, Harness
 from ..engine.signals import SignalResult
+from ..tools.redaction import register as register_secret
 from ..tools.webhook_keys import keys_of
 from ..tools.webhooks import WebhookRejected, resolve
 from .auth import providers_of, resolved
@@ -31,6 +32,7 @@ async def complete_authorization_in(harness: Harness, request_id: str, token: st
         return SignalResult.NOT_FOUND
     if body["status"] != "open":
         return SignalResult.DUPLICATE if body["status"] == "completed" else SignalResult.CLOSED
+    register_secret(token)  # this process holds it now: scrub it from what it records
     port = providers_of(harness.services)
     await resolved(port.store_token(harness.session_id, body["provider"], token))
     return complete_in(harness, request_id)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...tools.redaction import scrub
 from ..errors import AuthorizationRequired, FatalError, StepFailed, WorkflowError
 from ..history import attempt_memo, derived_id, op_memo
 from ..requests import AuthorizationRequest, auth_key
@@ -40,7 +41,8 @@ class RetryPolicy:
 
 
 def _error(exc: BaseException, **more: Any) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc), **more}
+    # Recorded in the history and raised into the body: never with a provider token in it.
+    return {"type": type(exc).__name__, "message": scrub(str(exc)), **more}
 
 
 class StepOp(Op[Any]):
