@@ -224,7 +224,9 @@ def test_a_crash_at_the_compaction_commit(when):
             return await plain_summary(previous, entries, rt)
 
         chat = Chat(
-            tool_turns(), store=store, compaction=Compaction(threshold=6, keep=2, summarise=summarise)
+            tool_turns(),
+            store=store,
+            compaction=Compaction(threshold=6, keep=2, summarise=summarise),
         )
         await chat.start()
         crashed = None
