@@ -255,3 +255,19 @@ def test_a_crash_at_the_compaction_commit(when):
         assert len(seen) == len(summaries) + (1 if when == "before" else 0)
 
     run(go())
+
+
+def test_a_head_pointing_past_its_entries_reads_the_whole_transcript():
+    # A fork copies entries up to a point and the head with ``entries`` set to it; a summary
+    # written after that point is not in the copy, so the copy reads what it has.
+    from bide.agent.conversation import Compacted, ConversationHead
+    from bide.agent.window import read_window
+
+    class Docs:
+        def list_docs(self, prefix, *, start_after=None, limit=None):
+            rows = [(f"{prefix}{i:08d}", {"i": i, "type": "user", "text": str(i)}) for i in (1, 2)]
+            return [r for r in rows if start_after is None or r[0] > start_after]
+
+    head = ConversationHead(id=CID, entries=2, compacted=Compacted(summary=3, through=1))
+    view = read_window(Docs(), CID, head)
+    assert view.summary is None and [e["i"] for e in view.entries] == [1, 2]

@@ -48,6 +48,9 @@ def entries_prefix(cid: str) -> str:
 def read_window(rt: Any, cid: str, head: ConversationHead) -> Window:
     """The window of conversation ``cid`` as ``head`` places it: one listing."""
     compacted = head.compacted
+    if compacted is not None and compacted.summary > head.entries:
+        # A copy cut before its summary (a fork at an earlier entry): read it uncompacted.
+        compacted = None
     after = entry_key(cid, compacted.through) if compacted is not None else None
     summary: dict[str, Any] | None = None
     kept: list[dict[str, Any]] = []
