@@ -42,19 +42,13 @@ from .conversation import (
 from .hooks import Continue, StartTasks
 from .limits import LimitReached, before_request, before_tools
 from .providers.base import (
-    AssistantMessage,
-    Message,
     ModelDeferred,
     ModelError,
-    ModelRequest,
     ModelResponse,
     ToolNameError,
-    ToolResultMessage,
-    ToolSpec,
-    UserMessage,
 )
 from .steering import interrupted_round, place_steers, settle_for_stop, steer_queued
-from .window import Window, entries_prefix, read_window, round_results, window_usage
+from .window import Window, build_request, round_results, window, window_usage
 
 if TYPE_CHECKING:
     from ..engine.runtime import Runtime
@@ -101,60 +95,6 @@ def generation_task(agent: Agent) -> TaskDefinition:
             "after_run": after_run,
         },
         abort=abort,
-    )
-
-
-def entries(rt: Any, cid: str) -> list[dict[str, Any]]:
-    """The whole transcript, in order (what history keeps; the model reads :func:`window`)."""
-    return [body for _key, body in rt.list_docs(entries_prefix(cid))]
-
-
-def window(rt: Any, cid: str) -> Window:
-    """What the model reads of the conversation as it stands (:mod:`.window`)."""
-    return read_window(rt, cid, read_head(rt, cid))
-
-
-def build_request(agent: Agent, rt: Any, cid: str, view: Window | None = None) -> ModelRequest:
-    """The model request for the conversation as it stands (``view``: its window, when the
-    caller has read it already): the summary, if any, then the entries after it."""
-    head = read_head(rt, cid)
-    view = window(rt, cid) if view is None else view
-    messages: list[Message] = []
-    if view.summary is not None:
-        messages.append(
-            UserMessage(text=f"[Summary of the conversation so far]\n{view.summary['text']}")
-        )
-    for entry in view.entries:
-        if entry["type"] == "user":
-            messages.append(UserMessage(text=entry["text"]))
-        elif entry["type"] == "assistant":
-            messages.append(
-                AssistantMessage(text=entry.get("text", ""), tool_calls=entry.get("tool_calls", []))
-            )
-        elif entry["type"] == "tool_result":
-            text = entry["text"]
-            if agent.admission is not None:
-                text = agent.admission.render(
-                    entry.get("identity"),
-                    entry.get("variant"),
-                    text,
-                    entry["is_error"],
-                    family=agent.model_family,
-                )
-            messages.append(
-                ToolResultMessage(call_id=entry["call_id"], text=text, is_error=entry["is_error"])
-            )
-    offered = (
-        agent.admission.catalog(agent.model_family).specs
-        if agent.admission is not None
-        else agent.tools.manifest()
-    )
-    tools = [
-        ToolSpec(name=t["name"], description=t["description"], parameters=t["parameters"])
-        for t in offered
-    ]
-    return ModelRequest(
-        system=head.system or agent.system, messages=tuple(messages), tools=tuple(tools)
     )
 
 

@@ -18,12 +18,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .conversation import ConversationHead, entry_key
+from .conversation import ConversationHead, entry_key, read_head
 from .limits import RunUsage, usage
+from .providers.base import (
+    AssistantMessage,
+    Message,
+    ModelRequest,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+)
 
-__all__ = ["SUMMARY", "Window", "read_window", "round_results", "window_usage"]
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = [
+    "SUMMARY",
+    "Window",
+    "build_request",
+    "entries",
+    "read_window",
+    "round_results",
+    "window",
+    "window_usage",
+]
 
 SUMMARY = "summary"
 """The ``type`` of an entry a compaction wrote (never shown to the model but as the window's
@@ -81,4 +101,58 @@ def window_usage(window: Window, run: str, extra: Sequence[dict[str, Any]] = ())
         seen.model_rounds + int(carried.get("model_rounds", 0)),
         seen.tool_calls + int(carried.get("tool_calls", 0)),
         seen.tokens + int(carried.get("tokens", 0)),
+    )
+
+
+def entries(rt: Any, cid: str) -> list[dict[str, Any]]:
+    """The whole transcript, in order (what history keeps; the model reads :func:`window`)."""
+    return [body for _key, body in rt.list_docs(entries_prefix(cid))]
+
+
+def window(rt: Any, cid: str) -> Window:
+    """What the model reads of the conversation as it stands (:mod:`.window`)."""
+    return read_window(rt, cid, read_head(rt, cid))
+
+
+def build_request(agent: Agent, rt: Any, cid: str, view: Window | None = None) -> ModelRequest:
+    """The model request for the conversation as it stands (``view``: its window, when the
+    caller has read it already): the summary, if any, then the entries after it."""
+    head = read_head(rt, cid)
+    view = window(rt, cid) if view is None else view
+    messages: list[Message] = []
+    if view.summary is not None:
+        messages.append(
+            UserMessage(text=f"[Summary of the conversation so far]\n{view.summary['text']}")
+        )
+    for entry in view.entries:
+        if entry["type"] == "user":
+            messages.append(UserMessage(text=entry["text"]))
+        elif entry["type"] == "assistant":
+            messages.append(
+                AssistantMessage(text=entry.get("text", ""), tool_calls=entry.get("tool_calls", []))
+            )
+        elif entry["type"] == "tool_result":
+            text = entry["text"]
+            if agent.admission is not None:
+                text = agent.admission.render(
+                    entry.get("identity"),
+                    entry.get("variant"),
+                    text,
+                    entry["is_error"],
+                    family=agent.model_family,
+                )
+            messages.append(
+                ToolResultMessage(call_id=entry["call_id"], text=text, is_error=entry["is_error"])
+            )
+    offered = (
+        agent.admission.catalog(agent.model_family).specs
+        if agent.admission is not None
+        else agent.tools.manifest()
+    )
+    tools = [
+        ToolSpec(name=t["name"], description=t["description"], parameters=t["parameters"])
+        for t in offered
+    ]
+    return ModelRequest(
+        system=head.system or agent.system, messages=tuple(messages), tools=tuple(tools)
     )
