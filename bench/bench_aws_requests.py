@@ -6,7 +6,9 @@ leaves the process. Every boto3 API call is counted with a botocore event hook
 (``before-parameter-build``), by who makes it:
 
   bide       the signal function (``service.signals.deliver`` / ``deliver_webhook``) and the
-             worker (``service.worker.run_session``: load, run until parked, act on wake());
+             worker (``service.worker_batch.handle_worker``, the worker function's entry
+             point, given each batch as Lambda's poller hands it: load, run until parked,
+             act on wake());
   poller     what Lambda's SQS event source mapping does on our behalf for each batch of
              wakes it hands to the worker: one ReceiveMessage that returned messages and one
              DeleteMessageBatch (its idle long-polls are a fixed cost per queue, not per wake,
@@ -30,7 +32,8 @@ Scenarios (each counted alone, from a session parked as the scenario needs):
 
 DynamoDB capacity is estimated from the items read and written under the documented on-demand
 rules (transactional write: 2 WRU per KB of each item; strongly consistent read: 1 RRU per
-4 KB; a Query is rounded over all items returned). Writes to the sparse local index are not
+4 KB; transactional read: 2 RRU per 4 KB of each item; a Query is rounded over all items
+returned). Writes to the sparse local index are not
 included. ``bench_cost.py`` prices these counts.
 
 Run from the repository root:  PYTHONPATH=shared python bench/bench_aws_requests.py
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import math
 import os
@@ -70,12 +74,13 @@ from bide import (
 from bide.app import App
 from bide.aws.dynamodb import DynamoDBStore, create_table
 from bide.aws.scheduler import SchedulerAlarms, schedule_name
-from bide.aws.sqs import SqsWakeQueue, parse_wake
+from bide.aws.sqs import SqsWakeQueue
+from bide.service import observability as obs
 from bide.service import signals as signal_service
 from bide.service.deps import Deps
 from bide.service.observability import ObservedStore
 from bide.service.webhooks import Webhook, mint_webhook, parse_token
-from bide.service.worker import run_session
+from bide.service.worker_batch import handle_worker
 from bide.tools import Sleep, ToolRegistry, ToolResult, define_tool
 
 REGION = "us-east-1"
@@ -197,6 +202,9 @@ class Meter:
                 self.tally.rru += _read_units(item_bytes(parsed.get("Item") or {}))
             elif model.name == "Query":
                 self.tally.rru += _read_units(sum(item_bytes(i) for i in parsed.get("Items", [])))
+            elif model.name == "TransactGetItems":  # twice a plain read, per item
+                for response in parsed.get("Responses", []):
+                    self.tally.rru += 2 * _read_units(item_bytes(response.get("Item") or {}))
 
         client.meta.events.register("before-parameter-build.*.*", before)
         client.meta.events.register("after-call.*.*", after)
@@ -320,16 +328,21 @@ class Stack:
         batch is one worker invocation. Receives that find nothing are the poller's idle cost,
         not a wake's: only receives that return messages are counted."""
         while True:
-            found = self.poll.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
+            found = self.poll.receive_message(
+                QueueUrl=self.queue_url, MaxNumberOfMessages=10, AttributeNames=["All"]
+            )
             messages = found.get("Messages", [])
             if not messages:
                 return
             if self.meter.tally is not None:
                 self.meter.tally.requests[("poller", "sqs:ReceiveMessage")] += 1
             self.invoked("worker")
-            for message in messages:
-                session_id, _ = parse_wake(message["Body"])
-                await run_session(self.deps, session_id)
+            # The worker function's own entry point, given the batch as the poller hands it.
+            batch = {"Records": [_record(m) for m in messages]}
+            with contextlib.redirect_stdout(io.StringIO()):  # its log lines and EMF metrics
+                answer = await handle_worker(self.deps, batch, None)
+            if answer["batchItemFailures"]:
+                raise RuntimeError(f"the worker failed wakes: {answer}")
             # The event source mapping deletes what the function handled, in one batch call.
             entries = [
                 {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
@@ -353,7 +366,22 @@ class Stack:
         self.scheduler.delete_schedule(Name=name, GroupName=self.group)
 
 
+def _record(message: dict[str, Any]) -> dict[str, Any]:
+    """An SQS message as Lambda's event source mapping hands it to the function."""
+    attributes = message.get("Attributes", {})
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": {
+            "ApproximateReceiveCount": attributes.get("ApproximateReceiveCount", "1"),
+            "MessageGroupId": attributes.get("MessageGroupId", ""),
+        },
+    }
+
+
 def build_stack() -> Stack:
+    obs.logger.setLevel("ERROR")  # the worker's info lines are not the bench's output
     inspector = client("dynamodb")
     meter = Meter(inspector)
     table, bucket, group = "bide-bench", "bide-bench-offload", "bide-bench-alarms"

@@ -76,24 +76,27 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="wake-path-still-active",
         path="shared/bide/service/worker.py",
-        find='        deps.queue.wake(session_id, "still-active")\n        return "requeued"\n',
-        replace='        return "requeued"\n',
+        find=(
+            '        deps.queue.wake(session_id, "still-active")\n'
+            '        return "requeued", False\n'
+        ),
+        replace='        return "requeued", False\n',
         tests=("tests/test_handlers_worker.py",),
         what="a run stopped with work left does not queue its next run",
     ),
     Mutant(
         name="wake-path-signal",
         path="shared/bide/service/signals.py",
-        find='    deps.queue.wake(session_id, "signal")\n',
-        replace="    pass\n",
+        find="        deps.queue.wake(session_id, _WAKE_REASON[decision.result])\n",
+        replace="        pass\n",
         tests=("tests/test_proof_aws_crashes.py",),
         what="a delivered signal queues no wake for its session",
     ),
     Mutant(
         name="wake-path-stale-alarm",
         path="shared/bide/service/worker.py",
-        find='if action in ("armed", "disarmed") and deps.store.head(session_id) != done.seq:',
-        replace="if False:",
+        find="    if undoes and deps.store.head(session_id) != done.seq:",
+        replace="    if False:",
         tests=("tests/test_proof_races.py",),
         what="a stalled worker's older alarm replaces a newer one",
     ),
@@ -110,7 +113,9 @@ MUTANTS: tuple[Mutant, ...] = (
         path="shared/bide/local/alarms.py",
         find=(
             "            for _ in range(self._copies(alarm)):\n"
-            "                self._send(session_id, body)\n"
+            "                # No deduplication id, as Scheduler sends:"
+            " the queue deduplicates by content.\n"
+            "                self.queue.send(session_id, body)\n"
             "            with self.db.transaction() as db:\n"
             "                db.execute(\n"
             '                    "DELETE FROM local_alarms WHERE session_id = ? AND at = ?",'
@@ -124,7 +129,7 @@ MUTANTS: tuple[Mutant, ...] = (
             " (session_id, at)\n"
             "                )\n"
             "            for _ in range(self._copies(alarm)):\n"
-            "                self._send(session_id, body)\n"
+            "                self.queue.send(session_id, body)\n"
         ),
         tests=("tests/test_local_alarm_order.py",),
         what="a crash between deleting a local alarm and queueing its wake loses the wake",

@@ -6,6 +6,9 @@ Lambda's poller, extra workers as threads) and the check of its one history.
 moto's own transactions are not thread-safe, so calls to the moto server's DynamoDB are
 serialized by the client (:class:`aws_fixtures.LockedClient`), as DynamoDB serializes
 conflicting transactions; DynamoDB Local needs no such help.
+
+Long because: the throttling shims, the rig and the race's history check share the rig's
+ledger, clients and counters; each piece is small and only the race proofs use them.
 """
 
 from __future__ import annotations
@@ -414,13 +417,20 @@ def napper_kind(rig: Rig) -> Any:
     return next(k for k in rig.deps.app.tasks if k.name == "test.napper")
 
 
-def race(rig: Rig, *, workers: int, runs: int = 4) -> tuple[list[str], list[str]]:
+def race(
+    rig: Rig, *, workers: int, runs: int = 4, park_first: bool = False
+) -> tuple[list[str], list[str]]:
     """Nappers parked on key ``k`` (with an hour's deadline, so workers arm alarms) and
     replay-unsafe ``pay`` calls in one session; then, all at once: ``workers`` threads
     invoking the worker ``runs`` times each, SENDERS threads each sending a value to every
-    napper (each in its own order), and Lambda's poller draining the wakes the others queue."""
+    napper (each in its own order), and Lambda's poller draining the wakes the others queue.
+    ``park_first``: the nappers are run until parked (their alarm armed) before the race;
+    otherwise their first run races the senders too, and may find every value already
+    there (then no alarm is ever armed)."""
     rounds = [{"keys": ["k"], "after": HOUR}]
     nappers = rig.create(napper_kind(rig), [{"rounds": rounds}] * NAPPERS)
+    if park_first:
+        rig.drain()
     registry = rig.deps.app.tools
     assert registry is not None
     pays = rig.create(registry.task, [registry.call("pay", {}) for _ in range(PAYS)])

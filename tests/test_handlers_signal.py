@@ -1,13 +1,15 @@
 """The signal function: synthetic API Gateway v2 events against moto.
 
 Every signal result by task id, capability webhooks minted by a tool (signature, replay
-window, size, type and JSON checks, each refusal storing nothing), and arm-before-signal."""
+window, size, type and JSON checks, each refusal storing nothing), and the one wake a signal
+queues once its value is stored (also by a retry the first attempt died before waking)."""
 
 from __future__ import annotations
 
 import json
 import re
 import secrets
+from typing import Any
 
 import pytest
 
@@ -324,10 +326,50 @@ def test_unsigned_webhook_type_and_json_checks(bench: Bench) -> None:
     assert post(bench, event)[0] == 202
 
 
-# --- arm before signal ------------------------------------------------------------------------
+# --- one wake, after the value is stored ------------------------------------------------------
 
 
-def test_the_wake_is_queued_before_the_value_is_stored(bench: Bench, monkeypatch) -> None:
+def test_a_signal_queues_one_wake_after_its_value_is_stored(bench: Bench, monkeypatch) -> None:
+    sid, task_id = parked_napper(bench)
+    seen: list[tuple[str, int]] = []
+    real_wake = bench.deps.queue.wake
+
+    def wake(session_id: str, reason: str) -> None:
+        seen.append((reason, bench.seq(session_id)))
+        real_wake(session_id, reason)
+
+    seq = bench.seq(sid)
+    monkeypatch.setattr(bench.deps.queue, "wake", wake)
+    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "once"}))[0] == 202
+    assert seen == [("signal", seq + 1)]  # one wake, queued once the value is stored
+    assert bench.drain() == 1  # one worker run
+    assert outcome(bench, sid, task_id).result["values"] == {"k": "once"}
+
+
+def test_the_signal_function_reads_once_writes_once_and_wakes_once(bench: Bench) -> None:
+    # The requests behind one delivered signal (docs/performance.md, requests per signal):
+    # the owner check of the IAM route, one read of the head and the task together, the
+    # commit, the wake.
+    sid, task_id = parked_napper(bench)
+    made: list[str] = []
+
+    def count(model: Any, **_: Any) -> None:
+        made.append(model.name)
+
+    clients = {id(c): c for c in (bench.ddb, bench.sqs)}
+    for client in clients.values():
+        client.meta.events.register("before-parameter-build.*.*", count)
+    try:
+        assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))[0] == 202
+    finally:
+        for client in clients.values():
+            client.meta.events.unregister("before-parameter-build.*.*", count)
+    assert sorted(made) == ["GetItem", "SendMessage", "TransactGetItems", "TransactWriteItems"]
+
+
+def test_the_handler_dying_before_the_store_leaves_nothing_and_the_retry_delivers(
+    bench: Bench, monkeypatch
+) -> None:
     sid, task_id = parked_napper(bench)
     seq = bench.seq(sid)
 
@@ -337,15 +379,44 @@ def test_the_wake_is_queued_before_the_value_is_stored(bench: Bench, monkeypatch
     monkeypatch.setattr(signals_service, "deliver_signal", crash)
     status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "lost?"}))
     assert status == 500 and "internal" in body["error"]
-    assert bench.seq(sid) == seq  # nothing stored
-    assert bench.queued() == [{"session_id": sid, "reason": "signal"}]  # but a wake is armed
-    bench.drain()  # harmless: nothing runnable
-    assert bench.seq(sid) == seq
+    assert bench.seq(sid) == seq and bench.queued() == []  # nothing stored, nothing queued
     monkeypatch.undo()
     # The sender retries (it got a 5xx): the value lands and the task completes.
     assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "retried"}))[0] == 202
     bench.drain()
     assert outcome(bench, sid, task_id).result["values"] == {"k": "retried"}
+
+
+def test_the_handler_dying_after_the_store_before_the_wake_is_woken_by_the_retry(
+    bench: Bench, monkeypatch
+) -> None:
+    # The value is stored, the wake never queued; the sender got a 5xx and sends again. The
+    # retry is a duplicate (the first value stands) and must still wake the session.
+    sid, task_id = parked_napper(bench)
+    seq = bench.seq(sid)
+
+    def crash(session_id: str, reason: str) -> None:
+        raise RuntimeError("the signal function died before its wake")
+
+    monkeypatch.setattr(bench.deps.queue, "wake", crash)
+    status, _ = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "first"}))
+    assert status == 500
+    assert bench.seq(sid) == seq + 1 and bench.queued() == []  # stored, no wake
+    assert bench.drain() == 0
+    assert bench.task(sid, task_id).state.status == "sleeping"  # stranded until the retry
+    monkeypatch.undo()
+    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "again"}))
+    assert (status, body["result"]) == (200, "duplicate")
+    assert bench.queued() == [{"session_id": sid, "reason": "signal-retried"}]
+    bench.drain()
+    assert outcome(bench, sid, task_id).result["values"] == {"k": "first"}
+
+
+def test_refused_deliveries_queue_no_wake(bench: Bench) -> None:
+    sid, task_id = parked_napper(bench)
+    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"nope": 1}))[0] == 422
+    assert post(bench, signal_event(sid, "t-none", SIGNAL, "k", {"text": "x"}))[0] == 404
+    assert bench.queued() == []
 
 
 def test_a_busy_store_is_503_with_retry_after(bench: Bench, monkeypatch) -> None:

@@ -31,7 +31,6 @@ from bide.aws.scheduler import at_expression, schedule_name  # noqa: E402
 from bide.aws.sqs import parse_wake  # noqa: E402
 from bide.engine.harness import Harness  # noqa: E402
 from bide.service import observability as obs  # noqa: E402
-from bide.service import signals as signals_service  # noqa: E402
 from bide.service import worker_batch  # noqa: E402
 from bide.service.http import handle_api, handle_signal, handle_worker  # noqa: E402
 from bide.service.sessions import create_session, submit  # noqa: E402
@@ -129,7 +128,8 @@ def test_a_scheduler_shaped_wake_runs_the_session_and_counts_as_alarm(bench: Ben
     assert bench.schedules() == []
     blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     assert {b["reason"] for b in blobs if "Wakes" in b} == {"alarm"}
-    assert {b["action"] for b in blobs if "WorkerActions" in b} == {"disarmed"}
+    # The schedule that fired deleted itself (ActionAfterCompletion DELETE): no DeleteSchedule.
+    assert {b["action"] for b in blobs if "WorkerActions" in b} == {"idle"}
 
 
 def test_an_early_alarm_just_arms_again(bench: Bench) -> None:
@@ -297,26 +297,29 @@ def test_no_lost_wakeup_signal_after_the_worker_exited(bench: Bench) -> None:
     assert result(bench, sid, task_id)["values"] == {"k": "later"}
 
 
-def test_no_lost_wakeup_when_the_signals_own_wake_is_consumed_before_its_value_lands(
+def test_no_lost_wakeup_when_a_worker_runs_between_the_store_and_the_wake(
     bench: Bench, monkeypatch
 ) -> None:
-    # Arm before signal means the wake can reach a worker before the value is stored: that
-    # worker finds nothing, parks and exits, and the value lands after it. The session must
-    # still run again.
+    # The one wake is queued after the value is stored, so any worker that runs in between
+    # (woken by something else) finds the value; the signal's own wake then runs a session
+    # with nothing to do. Nothing is lost and nothing runs twice.
     sid, task_id = parked(bench, [{"keys": ["k"]}])
-    real = signals_service.deliver_signal
+    real_wake = bench.deps.queue.wake
     batches: list[int] = []
 
-    def worker_first(*args, **kwargs):
-        batches.append(bench.drain_in_thread())  # consumes the wake just armed
-        return real(*args, **kwargs)
+    def worker_first(session_id: str, reason: str) -> None:
+        real_wake(session_id, "alarm")  # some other wake, queued just before the signal's
+        batches.append(bench.drain_in_thread())
+        real_wake(session_id, reason)
 
-    monkeypatch.setattr(signals_service, "deliver_signal", worker_first)
+    monkeypatch.setattr(bench.deps.queue, "wake", worker_first)
     assert deliver(bench, sid, task_id, "raced") == 202
+    monkeypatch.undo()
     assert batches == [1]
-    assert bench.task(sid, task_id).state.status == "sleeping"  # the value landed after it
+    assert result(bench, sid, task_id)["values"] == {"k": "raced"}  # that worker found it
+    seq = bench.seq(sid)
     bench.drain()
-    assert result(bench, sid, task_id)["values"] == {"k": "raced"}
+    assert bench.seq(sid) == seq  # the signal's own wake: nothing left to do
 
 
 # --- racing workers -----------------------------------------------------------------------------

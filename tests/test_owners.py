@@ -84,6 +84,22 @@ SESSION_ROUTES: dict[str, tuple[str, str, Any]] = {
         {"approved": True},
     ),
     "POST /sessions/{session_id}/end": ("POST", "/sessions/{sid}/end", None),
+    "GET /sessions/{session_id}/events": ("GET", "/sessions/{sid}/events", None),
+    "POST /sessions/{session_id}/promises/{promise_id}/resolve": (
+        "POST",
+        "/sessions/{sid}/promises/p-1/resolve",
+        {"value": 1},
+    ),
+    "POST /sessions/{session_id}/promises/{promise_id}/reject": (
+        "POST",
+        "/sessions/{sid}/promises/p-1/reject",
+        {"error": "no"},
+    ),
+    "POST /sessions/{session_id}/invocations/{invocation_id}/reply": (
+        "POST",
+        "/sessions/{sid}/invocations/i-1/reply",
+        {"key": "done", "producer": "p", "correlation": "c"},
+    ),
     SIGNAL_ROUTES["signal"]: (
         "POST",
         "/sessions/{sid}/tasks/t-1/signals/test.reply/done",

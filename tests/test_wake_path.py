@@ -24,12 +24,12 @@ import pytest
 
 pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
 from aws_fixtures import unique  # noqa: E402
-from handler_fixtures import Bench, FakeContext, aws_fixture, make_bench, run  # noqa: E402
+from handler_fixtures import REPLY, Bench, FakeContext, aws_fixture, make_bench, run  # noqa: E402
 
 from bide.aws.scheduler import alarm_minute, at_expression, schedule_name  # noqa: E402
 from bide.aws.sqs import SqsDeadLetters, parse_dead_letter  # noqa: E402
 from bide.constants import FIFO_DEDUPLICATION_SECONDS  # noqa: E402
-from bide.service import worker_batch  # noqa: E402
+from bide.service import signals, worker_batch  # noqa: E402
 from bide.service.http import handle_worker  # noqa: E402
 
 __all__ = ["aws_fixture"]
@@ -138,6 +138,65 @@ def test_a_timed_park_arms_the_minute_after_its_deadline(bench: Bench) -> None:
     bench.drain()
     assert bench.task(sid, task_id).state.outcome.result["wake"] == {"reason": "expired"}
     assert bench.clock.now() - start < HOUR + 120
+
+
+class Calls:
+    """Counts the Scheduler calls and session head reads the worker makes."""
+
+    def __init__(self, bench: Bench, monkeypatch: Any) -> None:
+        self.made: list[str] = []
+        for name in ("create_schedule", "update_schedule", "delete_schedule"):
+            self._spy(monkeypatch, bench.deps.alarms.client, name)
+        self._spy(monkeypatch, bench.deps.store, "head")
+
+    def _spy(self, monkeypatch: Any, target: Any, name: str) -> None:
+        real = getattr(target, name)
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            self.made.append(name)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(target, name, spy)
+
+
+def test_a_fired_schedule_is_not_deleted_again_nor_a_new_one_checked(
+    bench: Bench, monkeypatch
+) -> None:
+    # Scheduler deletes a one-time schedule once it fired (ActionAfterCompletion DELETE): a
+    # run woken by it that ends the task calls no DeleteSchedule; one that parks again creates
+    # a schedule where none exists, which undoes no other run's alarm: no head read after it.
+    sid, task_id = parked(bench, [{"after": HOUR}, {"after": HOUR}])
+    calls = Calls(bench, monkeypatch)
+    bench.clock.advance(HOUR + 60)
+    assert fire(bench, ContentDedup(bench), sid) == [True]  # Scheduler's own calls ...
+    calls.made.clear()  # ... are not the worker's
+    bench.drain()
+    assert bench.task(sid, task_id).state.status == "sleeping"
+    assert calls.made == ["create_schedule"]
+    bench.clock.advance(HOUR + 60)
+    assert fire(bench, ContentDedup(bench), sid) == [True]
+    calls.made.clear()
+    bench.drain()
+    assert bench.task(sid, task_id).state.status == "terminal"
+    assert calls.made == []
+    assert bench.schedules() == []
+
+
+def test_a_stale_alarm_still_deletes_the_schedule_the_session_has(bench: Bench) -> None:
+    # An alarm's wake for a deadline the session does not wait for is not its schedule
+    # firing: when that run ends the task, the schedule armed for the real deadline is
+    # deleted.
+    sid, task_id = parked(bench, [{"keys": ["k"], "after": HOUR}])
+    assert len(bench.schedules()) == 1
+    stale = json.dumps({"session_id": sid, "reason": "alarm", "at": 1.0, "arming": "arm-old"})
+    bench.sqs.send_message(
+        QueueUrl=bench.queue_url, MessageBody=stale, MessageGroupId=sid, MessageDeduplicationId="x"
+    )
+    decision = signals.deliver(bench.deps, sid, task_id, REPLY.name, "k", {"text": "x"})
+    assert decision.result.value == "delivered"
+    bench.drain()  # the stale alarm's run ends the task; the signal's run finds nothing
+    assert bench.task(sid, task_id).state.status == "terminal"
+    assert bench.schedules() == []
 
 
 def test_rearming_after_an_early_fire_is_never_deduplicated_away(bench: Bench) -> None:

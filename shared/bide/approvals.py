@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from .engine.events import emit_in
 from .engine.host import WriteTx, host_commit, read_docs
 from .engine.ids import keyed_id
 from .engine.signals import SignalExpired, SignalResult, SignalToken, SignalValue, define_signal
@@ -147,8 +148,10 @@ def _request(
     digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()
     if tx.get_doc(ref) is None:
         tx.put_doc(ref, {"tool": tool, "arguments": arguments, "digest": digest})
+    requested = []
     for subject, approval_id in subjects.items():
         if read_approval(tx, approval_id) is None:
+            requested.append(approval_id)
             record = ApprovalRecord(
                 id=approval_id,
                 call_task=call_task,
@@ -160,14 +163,21 @@ def _request(
                 requested_at=tx.now(),
             )
             _put(tx, record)
+    if requested:  # one event for the call's new approvals (a rerun finds them and adds none)
+        fields = {"approvals": requested, "call_task": call_task, "tool": tool}
+        emit_in(tx, "approval_requested", {**fields, "arguments": arguments})
 
 
 def _close(tx: WriteTx, approval_ids: Sequence[str], reason: str) -> None:
+    closed_ids = []
     for approval_id in approval_ids:
         record = read_approval(tx, approval_id)
         closed = close_approval(record, reason, tx.now()) if record is not None else None
         if closed is not None:
             _put(tx, closed)
+            closed_ids.append(approval_id)
+    if closed_ids:
+        emit_in(tx, "approval_closed", {"approvals": closed_ids, "reason": reason})
 
 
 # --- the wrapper -------------------------------------------------------------------------------
@@ -268,6 +278,24 @@ async def _run(tool: ToolDefinition, args: Any, api: Any, *, wake: Any, inner: A
     return returned
 
 
+def _report(tx: WriteTx, record: ApprovalRecord) -> None:
+    """The event of a decision (or of a close instead of one), in the commit writing it."""
+    if record.status == "closed":
+        fields = {"approvals": [record.id], "reason": record.closed_reason}
+        emit_in(tx, "approval_closed", fields)
+        return
+    decision = record.decision.model_dump() if record.decision is not None else None
+    emit_in(
+        tx,
+        "approval_decided",
+        {
+            "approval": record.id,
+            "status": record.status,
+            **({"decision": decision} if decision is not None else {}),
+        },
+    )
+
+
 # --- the host's side ---------------------------------------------------------------------------
 
 
@@ -314,6 +342,7 @@ class Approvals:
                     record, result = close_approval(original, why, tx.now()), DecideResult.CLOSED
                     assert record is not None
             _put(tx, record)
+            _report(tx, record)
             return result
 
         return host_commit(self.harness, change)

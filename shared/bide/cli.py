@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from .engine.clock import SystemClock
 from .engine.errors import BideError
 from .local import client as api
-from .local import listing
+from .local import host_cli, listing
 from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path_of
 from .local.redrive import RedriveError, add_redrive_parser, run_redrive
 from .local.render import hook_line, not_taken, render_session
@@ -188,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("task")
     add_redrive_parser(command)
     listing.add_parser(command)
+    host_cli.add_parsers(command)
     return parser
 
 
@@ -465,6 +466,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], object]] = {
     "cancel": cmd_cancel,
     "redrive": lambda args: print(run_redrive(args)),  # see bide.local.redrive
     "sessions": lambda args: listing.run(args, _client(args)),
+    **host_cli.commands(_client),  # events, deny, resolve, reject, reply
 }
 
 
@@ -473,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         COMMANDS[args.command](args)
-    except CommandFailed as exc:
+    except (CommandFailed, host_cli.HostCommandFailed) as exc:
         if str(exc):
             print(f"bide {args.command}: {exc}", file=sys.stderr)
         return exc.code

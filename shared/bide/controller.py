@@ -4,12 +4,13 @@ A session has at most one lifecycle controller: the task that owns the policy ar
 conversation (a bot's inbox, budgets, rotation). The document ``controller`` names it; a second,
 different controller is refused (:class:`ControllerExists`).
 
-The controller receives run-terminal notifications: with :func:`controller_hooks` installed on
-the agent, a run of the main conversation that ends with an answer starts a small notifier
-task (an ``after_run`` hook task, so the generation waits for it), which posts a ``run_ended``
-envelope to the controller's mailbox and signals it in one commit. The controller task serves
-its mailbox like any receiver (:func:`controller_task`). Runs that fail or are stopped do not
-pass ``after_run``; a controller that needs those waits on the runs it starts.
+The controller receives run-terminal notifications: every run of its conversation that ends,
+with an answer (``status: done``), a failure or reached limit (``failed``) or a Stop
+(``stopped``), posts a ``run_ended`` envelope to the controller's mailbox and signals it in
+the commit that ends the run (:func:`bide.agent.run_end.run_ended_in`; the same commit adds
+the session's ``run_ended`` event). The controller task serves its mailbox like any receiver
+(:func:`controller_task`). :func:`controller_hooks` and :data:`RUN_NOTIFIER` remain for apps
+that install them; they no longer post (the run's end does), so a notice is never doubled.
 
 A lifecycle-managed session cannot be forked or cloned: a copy would be a second conversation
 with ambiguous controller ownership. :func:`fork_session` and :func:`clone_session` copy
@@ -24,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from .agent.conversation import ConversationHead, entry_key, head_key
-from .agent.hooks import GenerationHooks, StartTasks, hook_task
+from .agent.hooks import GenerationHooks
+from .agent.run_end import CONTROLLER_DOC, CONTROLLER_MAILBOX
 from .engine.errors import BideError
 from .engine.host import WriteTx, host_commit
 from .engine.mailbox import Handler, mailbox_task, post, read_mailbox
@@ -34,9 +36,6 @@ from .engine.tasks import TaskDefinition, TaskView, define_task
 
 if TYPE_CHECKING:
     from .engine.harness import Harness
-
-CONTROLLER_DOC = "controller"
-CONTROLLER_MAILBOX = "controller"
 
 
 class ControllerExists(BideError):
@@ -126,29 +125,11 @@ RUN_NOTIFIER = define_task(
 ``hook_tasks``)."""
 
 
-async def _after_run(answer: dict[str, Any], rt: Any) -> StartTasks | None:
-    controller = read_controller(rt)
-    if controller is None:
-        return None
-    head = rt.get_doc(head_key(controller.conversation))
-    # Only runs of the managed conversation: at this point its head still names the run.
-    if head is None or head.get("run") != rt.task_id:
-        return None
-    notice = {
-        "type": "run_ended",
-        "run": rt.task_id,
-        "conversation": controller.conversation,
-        "status": "done",
-        "answer": answer.get("text", ""),
-    }
-    return StartTasks([hook_task(RUN_NOTIFIER, notice)])
-
-
 def controller_hooks() -> GenerationHooks:
-    """Generation hooks that notify the session's controller when a run of its conversation
-    ends with an answer. Install with ``Agent(..., hooks=[controller_hooks()],
-    hook_tasks=[RUN_NOTIFIER])``."""
-    return GenerationHooks("bide.controller", after_run=_after_run)
+    """Generation hooks kept for apps that install them (``Agent(...,
+    hooks=[controller_hooks()], hook_tasks=[RUN_NOTIFIER])``): they add nothing now, since
+    the commit that ends a run notifies the controller itself, whatever the ending."""
+    return GenerationHooks("bide.controller")
 
 
 # --- fork and clone ---------------------------------------------------------------------------

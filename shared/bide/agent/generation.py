@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..admission import NotAdvertised
 from ..constants import STOP_AT_SERVICE as _STOP_AT_SERVICE
-from ..engine.state import Completed, Failed, Running, Sleeping, Terminal, Waiting
+from ..engine.state import Aborted, Completed, Failed, Running, Sleeping, Terminal, Waiting
 from ..engine.tasks import TaskDefinition, TaskView, define_task
 from .batch import schedule as schedule_batch
 from .compaction import compact
@@ -47,6 +47,7 @@ from .providers.base import (
     ModelResponse,
     ToolNameError,
 )
+from .run_end import run_ended_in
 from .steering import interrupted_round, place_steers, settle_for_stop, steer_queued
 from .window import Window, build_request, round_results, window, window_usage
 
@@ -384,6 +385,7 @@ def _finish_in(agent: Agent, tx: Any, cid: str, answer_index: int, started: list
         sub = read_submission(tx, cid, rid)
         if sub is not None:
             settle(tx, sub, "done", answer=result["answer"], answer_entry=answer_index)
+    run_ended_in(tx, cid, tx.task_id, "done", answer=result["answer"])
     _release(agent, tx, cid)
     if started:
         ids = [
@@ -422,6 +424,7 @@ def _stopped_in(agent: Agent, tx: Any, cid: str, error: str, entry: dict[str, An
         if sub is not None:
             settle(tx, sub, "unanswered", error=error)
     append_entry(tx, cid, entry)
+    run_ended_in(tx, cid, tx.task_id, "failed", error=error)
     _release(agent, tx, cid)
     return Terminal(outcome=Failed(error=error))
 
@@ -431,10 +434,9 @@ async def _aborted(agent: Agent, task: TaskView, rt: Runtime) -> None:
     reason = task.abort_reason or "stopped"
 
     def build(tx: Any) -> Terminal:
-        from ..engine.state import Aborted
-
         head = read_head(tx, cid)
         if head.run == task.id:
+            run_ended_in(tx, cid, task.id, "stopped", error=reason)
             steers = settle_for_stop(tx, head, reason)
             write_head(
                 tx,

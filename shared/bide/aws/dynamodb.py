@@ -417,6 +417,41 @@ class DynamoDBStore:
         item = offload.to_item(session_id, p, new_seq, self.bucket)
         return {"Put": {"TableName": self.table_name, "Item": item}}
 
+    def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
+        """The sequence number and one task in one ``TransactGetItems``: "a serializable
+        read" of both items, so the task is exactly as it stood at that sequence number
+        (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactGetItems.html).
+        One request where :meth:`head` then :meth:`get_task` take two; a transactional read
+        costs twice the read units of a plain one, which for the small head item is 2 RRU."""
+        self._check_open()
+        head_key: dict[str, AttributeValueTypeDef] = {
+            PARTITION_KEY: {"S": session_id},
+            SORT_KEY: {"S": HEAD_SORT_KEY},
+        }
+        task_key: dict[str, AttributeValueTypeDef] = {
+            PARTITION_KEY: {"S": session_id},
+            SORT_KEY: {"S": TASK_PREFIX + task_id},
+        }
+        out = self._retry.run(
+            "task_at_head",
+            lambda: self._ddb.transact_get_items(
+                TransactItems=[
+                    {
+                        "Get": {
+                            "TableName": self.table_name,
+                            "Key": head_key,
+                            "ProjectionExpression": "#seq",
+                            "ExpressionAttributeNames": {"#seq": "seq"},
+                        }
+                    },
+                    {"Get": {"TableName": self.table_name, "Key": task_key}},
+                ]
+            ),
+        )
+        head, task = (r.get("Item") for r in out["Responses"])
+        seq = 0 if not head else int(head["seq"]["N"])
+        return seq, None if not task else TaskRecord.from_json(self._read_record(task))
+
     # --- reads ------------------------------------------------------------------------------
 
     def _query_live(self, session_id: str) -> list[Item]:

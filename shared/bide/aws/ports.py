@@ -13,8 +13,10 @@ from typing import Protocol
 class Alarms(Protocol):
     """One alarm per session: arming replaces the previous one."""
 
-    def arm(self, session_id: str, at: float) -> None:
-        """Make sure the session is woken at ``at`` (seconds since the epoch)."""
+    def arm(self, session_id: str, at: float) -> bool | None:
+        """Make sure the session is woken at ``at`` (seconds since the epoch). False when the
+        session had no alarm (a new one was made), True when its alarm was replaced, None
+        when the implementation cannot tell (taken as True)."""
         ...
 
     def disarm(self, session_id: str) -> None:

@@ -123,8 +123,9 @@ class SchedulerAlarms:
             },
         }
 
-    def arm(self, session_id: str, at: float) -> None:
-        """Create the session's schedule, or update it when it exists."""
+    def arm(self, session_id: str, at: float) -> bool:
+        """Create the session's schedule (False), or update it when it exists (True: another
+        run's alarm was replaced, which the caller checks was not a newer one)."""
         request = self._request(session_id, at)
         try:
             self.client.create_schedule(**request)
@@ -132,6 +133,8 @@ class SchedulerAlarms:
             if exc.response.get("Error", {}).get("Code") != "ConflictException":
                 raise
             self.client.update_schedule(**request)
+            return True
+        return False
 
     def disarm(self, session_id: str) -> None:
         """Delete the session's schedule; a missing one is fine."""

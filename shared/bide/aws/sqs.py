@@ -98,3 +98,15 @@ def parse_wake(body: str) -> tuple[str, str]:
     if not isinstance(session_id, str) or not session_id:
         raise ValueError("a wake message needs a non-empty 'session_id'")
     return session_id, str(data.get("reason", "unknown"))
+
+
+def fired_for(body: str) -> float | None:
+    """The deadline an alarm's wake was armed for (its ``at``), or None for any other wake
+    (or an alarm body without one)."""
+    data = json.loads(body)
+    if not isinstance(data, dict) or data.get("reason") != "alarm":
+        return None
+    at = data.get("at")
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        return None
+    return float(at)

@@ -1,6 +1,7 @@
 """Signal delivery without loading a session: what a webhook or signal handler calls.
 
-It reads the session's sequence number first and the target task second, decides with the
+It reads the session's sequence number and the target task together
+(:meth:`~bide.engine.store.base.Store.task_at_head`: one consistent read), decides with the
 same pure rule the harness uses, and commits conditioned on that sequence number. A commit
 landing in between makes the store refuse; the delivery then reads again and decides afresh,
 so the design's check order holds against any concurrent worker.
@@ -44,8 +45,7 @@ def deliver_signal(
     to write for every attempt; nothing is written for either.
     """
     for _ in range(_ATTEMPTS):
-        seq = store.head(session_id)  # first: a task read after it is at least this new
-        record = store.get_task(session_id, task_id)
+        seq, record = store.task_at_head(session_id, task_id)  # one consistent read
         decision = decide_signal(record, token, key, value, clock.now())
         if decision.record is None:
             return decision

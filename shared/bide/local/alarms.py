@@ -79,15 +79,22 @@ class LocalAlarms:
         self._changed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def arm(self, session_id: str, at: float) -> None:
-        """Make sure the session is woken at ``at`` (replacing its previous alarm)."""
+    def arm(self, session_id: str, at: float) -> bool:
+        """Make sure the session is woken at ``at`` (replacing its previous alarm: True)."""
         with self.db.transaction() as db:
+            replaced = (
+                db.execute(
+                    "SELECT 1 FROM local_alarms WHERE session_id = ?", (session_id,)
+                ).fetchone()
+                is not None
+            )
             db.execute(
                 "INSERT INTO local_alarms (session_id, at) VALUES (?, ?) "
                 "ON CONFLICT (session_id) DO UPDATE SET at = excluded.at",
                 (session_id, at),
             )
         self._poke()
+        return replaced
 
     def disarm(self, session_id: str) -> None:
         """Remove the session's alarm, if any."""

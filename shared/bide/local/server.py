@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
@@ -47,6 +47,9 @@ class HttpResponse:
     status: int
     body: bytes = b""
     headers: list[tuple[str, str]] = field(default_factory=list)
+    stream: AsyncIterator[bytes] | None = None
+    """A body written as it comes (server-sent events): no Content-Length; the body ends
+    when the iterator does, or the client goes away, and the connection closes."""
 
     @classmethod
     def json(cls, status: int, value: object) -> HttpResponse:
@@ -245,10 +248,17 @@ async def _write(writer: asyncio.StreamWriter, response: HttpResponse) -> None:
     lines = [f"HTTP/1.1 {response.status} {reason}"]
     # A handler's header value must not be able to start a header of its own.
     lines += [f"{n}: {_one_line(v)}" for n, v in response.headers if n.lower() not in skip and n]
-    lines += [f"Content-Length: {len(response.body)}", "Connection: close"]
+    if response.stream is None:
+        lines.append(f"Content-Length: {len(response.body)}")
+    lines.append("Connection: close")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", errors="replace")
     writer.write(head + response.body)
     await writer.drain()
+    if response.stream is not None:
+        # HTTP/1.1 without Content-Length: the body runs until the connection closes.
+        async for chunk in response.stream:
+            writer.write(chunk)
+            await writer.drain()
 
 
 def _one_line(value: str) -> str:

@@ -40,6 +40,7 @@ from ..engine.ids import IdSource, RandomIds
 from ..engine.store.sqlite import SQLiteStore
 from ..service.deps import Deps
 from ..tools.webhook_keys import StaticWebhookKeys
+from . import sse
 from .alarms import LocalAlarms
 from .console import Console, ProgressLog
 from .db import LocalDb
@@ -285,20 +286,32 @@ class LocalStack:
             return HttpResponse.json(404, {"message": "Not Found"})
         route, params = found
         context = self._context(route.target, API_TIMEOUT_SECONDS)
-        event = http_api_event(
-            method=request.method,
-            raw_path=request.path,
-            raw_query=request.query,
-            headers=request.headers,
-            body=request.body,
-            route=route,
-            path_parameters=params,
-            source_ip=request.peer,
-            domain=request.host or f"127.0.0.1:{self.server.port}",
-            request_id=context.aws_request_id,
-            now=self.clock.now(),
-            principal=local_principal(request, route),
-        )
+
+        def event_for(raw_query: str) -> dict[str, Any]:
+            return http_api_event(
+                method=request.method,
+                raw_path=request.path,
+                raw_query=raw_query,
+                headers=request.headers,
+                body=request.body,
+                route=route,
+                path_parameters=params,
+                source_ip=request.peer,
+                domain=request.host or f"127.0.0.1:{self.server.port}",
+                request_id=context.aws_request_id,
+                now=self.clock.now(),
+                principal=local_principal(request, route),
+            )
+
+        if route.target == "api" and sse.wants_stream(request):
+            # Local only: the events route as server-sent events (bide.local.sse).
+            return await sse.stream(
+                request,
+                lambda query: handle_api(self.deps, event_for(query), context),
+                asyncio.sleep,
+                proxy_response,
+            )
+        event = event_for(request.query)
         handler = handle_signal if route.target == "signal" else handle_api
         started = asyncio.get_running_loop().time()
         result = await handler(self.deps, event, context)

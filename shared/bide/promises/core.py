@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine.events import emit_in
 from ..engine.host import WriteTx, read_docs
 from ..engine.limits import check_value
 from ..engine.mailbox import post
@@ -130,6 +131,13 @@ def cancel_promise(tx: WriteTx, promise_id: str, reason: str | None = None) -> R
 
 def _ended(tx: WriteTx, doc: PromiseDoc) -> None:
     _put(tx, doc)
+    # Reported in the commit that ends it: a host's event stream shows every promise that
+    # ended, and only those (bide.engine.events).
+    emit_in(
+        tx,
+        "promise_settled",
+        {"promise": doc.id, "status": doc.status, "value": doc.value, "error": doc.error},
+    )
     settled = PromiseSettled.of(doc).model_dump(mode="json")
     # Delivery never fails the commit: a waiter that ended, or whose await interval already
     # timed out, answers "closed" and simply does not get the value (the document has it).

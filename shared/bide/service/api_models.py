@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .paths import MAX_NAME as MAX_NAME  # re-exported: routes_api takes them from here
 from .paths import SESSION_ID_PATTERN as SESSION_ID_PATTERN
@@ -284,3 +284,63 @@ class ValidationErrorBody(BaseModel):
 
     statusCode: int = 422  # camelCase: the name Powertools' own 422 answer uses
     detail: list[FieldError]
+
+
+# --- the host's events and actions (bide.service.host) ---------------------------------------
+
+
+class EventsPage(_PageFields):
+    """``GET /sessions/{session_id}/events``: the session's events, oldest first. Each has
+    ``seq`` (1, 2, ...), ``type`` (``run_ended``, ``approval_requested``,
+    ``approval_decided``, ``approval_closed``, ``promise_settled``), ``at`` (epoch seconds)
+    and the fields of its type; a field over 2 KiB is ``{"omitted": true, "bytes": n}``."""
+
+    session_id: str
+    items: list[dict[str, Any]]
+
+
+class ResolvePromise(BaseModel):
+    """A promise's value (any JSON; the store's value limits apply: 413 over them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: Any = Field(default=None, description="the promise's value")
+
+
+class RejectPromise(BaseModel):
+    """Why the promise failed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+
+
+class PromiseSettledResult(BaseModel):
+    """What became of a resolution: ``settled`` (this ended the promise), ``ignored`` (it
+    had ended; the first outcome stands), ``expired`` (its deadline had passed) or
+    ``not_found``."""
+
+    result: Literal["settled", "ignored", "expired", "not_found"]
+
+
+class ReplyToInvocation(BaseModel):
+    """A bound receiver's reply for one completion key of an invocation. It must name the
+    producer and correlation the invocation was emitted with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(min_length=1, max_length=MAX_NAME, description="the completion key")
+    producer: str = Field(min_length=1, max_length=MAX_NAME)
+    correlation: str = Field(min_length=1, max_length=MAX_NAME)
+    status: Literal["resolved", "rejected"] = "resolved"
+    value: Any = Field(default=None, description="the reply (checked against the reply schema)")
+    error: str | None = Field(
+        default=None, min_length=1, max_length=MAX_CONTENT_CHARS, description="with rejected"
+    )
+
+    @model_validator(mode="after")
+    def _error_with_rejected(self) -> ReplyToInvocation:
+        # A rejection without its reason would reach the caller as a bare failure.
+        if self.status == "rejected" and self.error is None:
+            raise ValueError("error: a rejected reply needs its error")
+        return self

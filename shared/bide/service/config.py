@@ -203,7 +203,7 @@ class _WebhookKeysNotConfigured:
 class _AlarmsNotConfigured:
     """Stands in for the Scheduler in functions that never arm (signal, api)."""
 
-    def arm(self, session_id: str, at: float) -> None:
+    def arm(self, session_id: str, at: float) -> bool:
         """Refuse: this function has no scheduler settings."""
         raise ConfigError(_no_alarms())
 

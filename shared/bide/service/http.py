@@ -239,7 +239,11 @@ async def handle_api(deps: Deps, event: dict[str, Any], context: Any) -> dict[st
     (:mod:`bide.service.routes_api`): 404 for an unknown session or route, 422 naming each
     invalid field and why, 503 when the store is busy; 400 for a body that is not UTF-8
     text."""
-    return await _serve(API, deps, event, context)
+    # A long poll of the events route waits between answers, outside the route lock. Imported
+    # here: the API's routes load it anyway, the other functions never need it.
+    from .host import long_poll
+
+    return await long_poll(deps, event, lambda e: _serve(API, deps, e, context))
 
 
 async def handle_signal(deps: Deps, event: dict[str, Any], context: Any) -> dict[str, Any]:

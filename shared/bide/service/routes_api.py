@@ -23,6 +23,7 @@ from ..agent.conversation import Submission
 from ..engine.errors import ConflictError, StoreUnavailable
 from ..engine.limits import ValueRefused
 from . import observability as obs
+from . import routes_host
 from . import workflow as workflow_service
 from .api_models import (
     MAX_NAME,
@@ -59,6 +60,7 @@ from .pages import (
     build_page,
     decode_cursor,
 )
+from .routes_host import HOST_ROUTES
 from .sessions import (
     SessionNotFound,
     cancel_task,
@@ -94,6 +96,7 @@ API_ROUTES: tuple[str, ...] = (
     "POST /sessions/{session_id}/authorizations/{request_id}/complete",
     "POST /sessions/{session_id}/approvals/{approval_id}/decide",
     "POST /sessions/{session_id}/end",
+    *HOST_ROUTES,
 )
 
 
@@ -108,6 +111,8 @@ def _responses(ok: tuple[int, str, type[BaseModel]], *errors: int) -> dict[int, 
         400: ("a cursor this API did not issue for this list", ErrorBody),
         403: ("the session belongs to another principal", ErrorBody),
         404: ("no such session (or task)", ErrorBody),
+        409: ("the reply does not match the invocation (the rule it breaks)", ErrorBody),
+        413: ("a value over the store's limits", ErrorBody),
         422: ("invalid request: each field and why", ValidationErrorBody),
         503: ("the store is busy; try again", ErrorBody),
     }
@@ -391,6 +396,9 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
         with obs.correlated(session_id=session_id):
             cancelled = await workflow_service.end_session(existing(session_id), session_id)
         return model_response(202, Ended(cancelled=cancelled))
+
+    # The host's events and actions (bide.service.routes_host): the same owner check.
+    routes_host.register(app, existing, _responses)
 
     def not_found(exc: SessionNotFound) -> Response[Any]:
         return model_response(404, ErrorBody(error=str(exc)))

@@ -28,21 +28,31 @@ STATUS_OF: dict[SignalResult, int] = {
 def deliver(
     deps: Deps, session_id: str, task_id: str, signal: str, key: str, value: Any
 ) -> SignalDecision:
-    """Arm, then deliver (design 001 ch. XI: a crash in between never strands a session).
+    """Store the value, then queue one wake (docs/reliability.md, "One wake per signal").
     Raises :class:`DefinitionError` when the app has no signal by that name, and
     :class:`WebhookRejected` (400 too deep or not JSON, 413 too large or over the task's
-    budget) for a value the limits of :mod:`bide.engine.limits` refuse; nothing is stored."""
+    budget) for a value the limits of :mod:`bide.engine.limits` refuse; nothing is stored.
+
+    The wake is queued only once the value is stored, so the worker it reaches always finds
+    the value. A ``duplicate`` wakes the session too: a sender retries when it got no 2xx, and
+    the attempt it retries may have died between storing the value and queueing its wake."""
     token = deps.app.signal_token(signal)
-    deps.queue.wake(session_id, "signal")
     try:
         decision = deliver_signal(deps.store, session_id, task_id, token, key, value, deps.clock)
     except ValueRefused as exc:
         raise WebhookRejected(exc.status, str(exc)) from None
-    if decision.result is SignalResult.DELIVERED:
-        # No lost wakeup: the wake above may have reached a worker that found nothing, parked
-        # and exited before the value landed. Wake again now that the value is stored.
-        deps.queue.wake(session_id, "signal-stored")
+    if decision.result in _STORED:
+        deps.queue.wake(session_id, _WAKE_REASON[decision.result])
     return decision
+
+
+# Results after which a value is stored for the task (by this request or an earlier attempt),
+# and the reason each one's wake carries.
+_WAKE_REASON: dict[SignalResult, str] = {
+    SignalResult.DELIVERED: "signal",
+    SignalResult.DUPLICATE: "signal-retried",
+}
+_STORED = frozenset(_WAKE_REASON)
 
 
 def parse_json_body(body: bytes, content_type: str | None) -> Any:

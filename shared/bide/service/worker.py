@@ -42,28 +42,44 @@ class _Pass:
     wake: Wake
     seq: int
     may_have_alarm: bool
+    loaded_at: float | None  # the earliest sleep deadline as loaded (what was last armed)
     stopped: bool  # cut off at stop_at: running work was put back
 
 
-async def run_session(deps: Deps, session_id: str, *, stop_at: float | None = None) -> WorkerRun:
+async def run_session(
+    deps: Deps, session_id: str, *, stop_at: float | None = None, fired_for: float | None = None
+) -> WorkerRun:
     """Run ``session_id`` until parked (or until ``stop_at``), then make sure it runs again
     exactly when it must: at once when still active (or cut off at ``stop_at``), after an
     in-process wait for a deadline the Scheduler cannot meet, at ``wake().at``, or never
-    (parked on signals only: no alarm at all)."""
+    (parked on signals only: no alarm at all).
+
+    ``fired_for``: this run answers the fire of the alarm armed for that deadline (the
+    ``at`` of its wake message, on its first delivery and attempt). When the session, as
+    loaded, still waits for exactly that deadline, its schedule is the one that fired, and
+    Scheduler deletes a one-time schedule itself once it fired (``ActionAfterCompletion``
+    ``DELETE``): a run that ends with no deadline has nothing to delete. (Were that schedule
+    not the session's latest after all, the one left fires once, finds nothing to do and
+    deletes itself: a spare wake, never a lost one.)"""
     may_have_alarm = False
+    first = True
     while True:
         done = await _run_pass(deps, session_id, stop_at)
-        may_have_alarm = may_have_alarm or done.may_have_alarm
+        fired = first and fired_for is not None and done.loaded_at == fired_for
+        may_have_alarm = may_have_alarm or (done.may_have_alarm and not fired)
+        first = False
         if done.stopped:
             deps.queue.wake(session_id, "still-active")
             return WorkerRun(session_id, done.wake, "requeued")
         if not await _waited_for_deadline(deps, session_id, done, stop_at):
             break
-    action = act_on_wake(deps, session_id, done.wake, may_have_alarm=may_have_alarm)
-    if action in ("armed", "disarmed") and deps.store.head(session_id) != done.seq:
-        # The session moved on after this run's final check: another worker may have run it
-        # and armed for the newer state before this (older) arming replaced that alarm.
-        # Run again, so the newest state decides the alarm.
+    action, undoes = _act(deps, session_id, done.wake, may_have_alarm)
+    # Only replacing or deleting an alarm can undo another run's newer one: check then that
+    # the session did not move on after this run's final commit (another worker may have run
+    # it and armed for the newer state before this older call landed); if it did, run again
+    # so the newest state decides the alarm. A schedule created where none existed undoes
+    # nothing: if it is stale, it fires once, finds the session as it is, and deletes itself.
+    if undoes and deps.store.head(session_id) != done.seq:
         deps.queue.wake(session_id, "rearm")
         action = "requeued"
     return WorkerRun(session_id, done.wake, action)
@@ -82,15 +98,22 @@ async def _run_pass(deps: Deps, session_id: str, stop_at: float | None) -> _Pass
             **({} if stop_at is None else {STOP_AT_SERVICE: stop_at}),
         },
         lease_seconds=deps.lease_seconds,
+        # Every writer queues a wake after its write lands (signals, the sessions API,
+        # alarms), and the queue runs this session again after this run: no need to read
+        # the head once more before parking.
+        woken_after_writes=True,
     )
     await harness.open()
     # Each run leaves the schedule matching its final wake, so an alarm can exist now only if
     # some sleep had a deadline when we loaded. (A run that died before disarming leaves a
     # one-time schedule that fires once, finds nothing, and deletes itself.)
-    may_have_alarm = any(
-        isinstance(r.state, Sleeping) and r.state.until is not None
+    deadlines = [
+        r.state.until
         for r in harness.live_tasks.values()
-    )
+        if isinstance(r.state, Sleeping) and r.state.until is not None
+    ]
+    may_have_alarm = bool(deadlines)
+    loaded_at = min(deadlines, default=None)
     run = asyncio.ensure_future(harness.run_until_parked(stop_at=stop_at))
     timer = None
     if stop_at is not None:
@@ -110,12 +133,14 @@ async def _run_pass(deps: Deps, session_id: str, stop_at: float | None) -> _Pass
         # puts their tasks back to pending (no restart counted); the session is re-queued.
         await harness.close()
         await asyncio.gather(run, return_exceptions=True)
-        return _Pass(Wake(active=True, at=None), harness.seq, may_have_alarm, stopped=True)
+        return _Pass(
+            Wake(active=True, at=None), harness.seq, may_have_alarm, loaded_at, stopped=True
+        )
     try:
         wake = run.result()
     finally:
         await harness.close()
-    return _Pass(wake, harness.seq, may_have_alarm, stopped=False)
+    return _Pass(wake, harness.seq, may_have_alarm, loaded_at, stopped=False)
 
 
 async def _waited_for_deadline(
@@ -143,13 +168,18 @@ async def _waited_for_deadline(
 def act_on_wake(deps: Deps, session_id: str, wake: Wake, *, may_have_alarm: bool = True) -> str:
     """Re-arm the session as its wake says. No lost wakeup: a signal that lands after the
     harness's final check queues its own wake after its value is stored."""
+    return _act(deps, session_id, wake, may_have_alarm)[0]
+
+
+def _act(deps: Deps, session_id: str, wake: Wake, may_have_alarm: bool) -> tuple[str, bool]:
+    """:func:`act_on_wake`, and whether the call may have undone another run's alarm (it
+    replaced or deleted one)."""
     if wake.active:
         deps.queue.wake(session_id, "still-active")
-        return "requeued"
+        return "requeued", False
     if wake.at is not None:
-        deps.alarms.arm(session_id, wake.at)
-        return "armed"
+        return "armed", deps.alarms.arm(session_id, wake.at) is not False
     if may_have_alarm:
         deps.alarms.disarm(session_id)
-        return "disarmed"
-    return "idle"
+        return "disarmed", True
+    return "idle", False

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..aws.sqs import parse_wake
+from ..aws.sqs import fired_for, parse_wake
 from ..constants import DEFAULT_SAFETY_MARGIN_MS
 from . import observability as obs
 from .deps import Deps
@@ -31,7 +31,7 @@ from .worker import run_session
 _WAKE_REASONS = frozenset(
     {
         "signal",
-        "signal-stored",
+        "signal-retried",
         "alarm",
         "submit",
         "submitted",
@@ -139,11 +139,15 @@ async def _wake_one(deps: Deps, record: dict[str, Any], stop_at: float | None) -
         return True
     with obs.correlated(session_id=session_id):
         obs.count(obs.WAKES, reason=obs.bounded(reason, _WAKE_REASONS))
+        # The fired schedule is known gone only on the wake's first delivery and attempt: an
+        # attempt that failed or died may already have armed a new one.
+        first_delivery = _receive_count(record) == 1
         attempt = 0
         while True:
             attempt += 1
+            fired = fired_for(body) if first_delivery and attempt == 1 else None
             try:
-                done = await run_session(deps, session_id, stop_at=stop_at)
+                done = await run_session(deps, session_id, stop_at=stop_at, fired_for=fired)
                 break
             except Exception as exc:
                 obs.logger.exception("worker run failed", extra={"attempt": attempt})

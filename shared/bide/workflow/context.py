@@ -12,6 +12,10 @@ operations called then do nothing and keep unwinding. When a parked run is cance
 replay raises :class:`~bide.workflow.errors.Cancelled` at the operation it was parked at:
 ``finally`` blocks run with ``ctx.cancelled`` true, steps there run and are recorded, and
 any later wait raises ``Cancelled`` again.
+
+Long because: the context, its step view and the replay loop share the run's cursor and
+the checks against the recorded history (kind, name, argument digest, count); split out
+once the auth-in-steps work on ``get_token`` settles.
 """
 
 from __future__ import annotations

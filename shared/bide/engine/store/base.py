@@ -61,6 +61,12 @@ class Store(Protocol):
         """The session's current sequence number (0 when never written)."""
         ...
 
+    def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
+        """The session's sequence number and one task (live or ended, or None) as they
+        stood together at that sequence number: one consistent read, for a writer that
+        decides on that task alone and commits conditioned on that sequence number."""
+        ...
+
     def commit(
         self,
         session_id: str,

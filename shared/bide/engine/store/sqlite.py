@@ -77,6 +77,20 @@ class SQLiteStore:
         with self._lock:
             return self._seq(session_id)
 
+    def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
+        """The sequence number and one task, read in one transaction."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                seq = self._seq(session_id)
+                row = self._db.execute(
+                    "SELECT body FROM tasks WHERE session_id = ? AND task_id = ?",
+                    (session_id, task_id),
+                ).fetchone()
+            finally:
+                self._db.execute("COMMIT")
+        return seq, None if row is None else TaskRecord.from_json(row[0])
+
     def commit(
         self,
         session_id: str,

@@ -32,6 +32,10 @@ class StoreWrapper:
         """See :meth:`bide.engine.store.Store.head`."""
         return self.inner.head(session_id)
 
+    def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
+        """See :meth:`bide.engine.store.Store.task_at_head`."""
+        return self.inner.task_at_head(session_id, task_id)
+
     def commit(
         self,
         session_id: str,

@@ -1,0 +1,160 @@
+"""Requests per signal -> next wait and per timed wake -> re-park, at 3, 100 and 1,000 waits of
+history, against the goal of issue 12 ("The cost floor") and the figures before it.
+
+Each measured round runs through the real code on moto, counted by the botocore hooks of
+``bench_aws_requests.py`` (requests made by Bide: the signal function's
+``service.signals.deliver`` and the worker function's ``handle_worker``; Lambda's poller,
+Scheduler and the invocations are counted apart, as in that bench):
+
+  signal -> next wait   a long-lived task that has already consumed N signal values (one per
+                        wait) gets the next one and sleeps on the next key;
+  timed -> re-park      a task that has already slept N times on a deadline is woken by its
+                        alarm and sleeps again with a new deadline.
+
+History is built quickly and uncounted: the same app and engine run the N rounds on an
+in-memory SQLite store (a ``Harness`` that delivers and runs), and the task's record is then
+committed as it stands into the DynamoDB store on moto (the session's sequence number differs,
+nothing else). For the timed task one uncounted worker run arms its alarm. Then two rounds
+are counted; both must agree.
+
+"before" is the figure recorded in docs/performance.md (run of 2026-11-30) for the code before
+issue 12, which queued two wakes per signal; that path no longer exists, so it is not
+measured again here.
+
+Run from the repository root:  PYTHONPATH=shared python bench/bench_requests_history.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+from bench_aws_requests import APP, REPLY, Looper, Napper, Stack, Tally, build_stack, fake_aws
+
+from bide import Harness, RandomIds, SQLiteStore, TaskRecord
+from bide.service import signals as signal_service
+
+HISTORY = (3, 100, 1_000)
+ROUNDS = 2  # counted rounds per cell; their counts must agree
+SCENARIOS = ("signal -> next wait", "timed -> re-park")
+GOAL = {"signal -> next wait": 6, "timed -> re-park": 4}  # requests made by Bide (issue 12)
+BEFORE = {"signal -> next wait": 11, "timed -> re-park": 6}  # recorded 2026-11-30
+NAP_SECONDS = 60  # Napper sleeps a minute per round
+
+
+async def built_history(stack: Stack, session_id: str, kind: Any, n: int) -> str:
+    """Run ``n`` rounds of ``kind`` on SQLite (uncounted) and copy its record to the
+    DynamoDB store. The task's id."""
+    sqlite = SQLiteStore()
+    harness = Harness(sqlite, session_id, APP.task_kinds(), clock=stack.clock, ids=RandomIds())
+    await harness.attach()
+    task_id = await harness.create_task(kind, {"naps": n + 2 * ROUNDS + 2})
+    await harness.run_until_parked()
+    for i in range(n):
+        if kind is Looper:
+            await harness.deliver(task_id, REPLY, f"k{i}", {"text": "x"})
+        else:
+            stack.clock.advance(NAP_SECONDS + 1)
+        await harness.run_until_parked()
+    record = sqlite.get_task(session_id, task_id)
+    assert isinstance(record, TaskRecord) and record.state.status == "sleeping", record
+    stack.deps.store.commit(session_id, 0, [record])
+    sqlite.close()
+    return task_id
+
+
+async def measure_cell(stack: Stack, n: int) -> dict[str, list[Tally]]:
+    """The counted rounds of both scenarios after ``n`` waits of history."""
+    out: dict[str, list[Tally]] = {s: [] for s in SCENARIOS}
+    looping = f"hist-loop-{n}"
+    looper = await built_history(stack, looping, Looper, n)
+    for i in range(n, n + ROUNDS):
+        with stack.meter.counting() as tally:
+            stack.invoked("signal")
+            decision = signal_service.deliver(
+                stack.deps, looping, looper, REPLY.name, f"k{i}", {"text": "x"}
+            )
+            await stack.worker()
+        assert decision.result.value == "delivered", decision
+        out["signal -> next wait"].append(tally)
+    record = stack.deps.store.get_task(looping, looper)
+    assert record is not None and record.state.status == "sleeping", record
+
+    napping = f"hist-nap-{n}"
+    built_history_task = await built_history(stack, napping, Napper, n)
+    stack.deps.queue.wake(napping, "api")  # one uncounted run: it arms the alarm
+    await stack.worker()
+    for _ in range(ROUNDS):
+        stack.clock.advance(NAP_SECONDS + 1)
+        with stack.meter.counting() as tally:
+            stack.fire_alarm(napping)
+            await stack.worker()
+        out["timed -> re-park"].append(tally)
+    record = stack.deps.store.get_task(napping, built_history_task)
+    assert record is not None and record.state.status == "sleeping", record
+    return out
+
+
+def by_bide(tally: Tally) -> Counter[str]:
+    """Requests made by Bide, by AWS service."""
+    counts: Counter[str] = Counter()
+    for (origin, operation), n in tally.requests.items():
+        if origin == "bide":
+            counts[operation.split(":", 1)[0]] += n
+    return counts
+
+
+def measure_history() -> dict[tuple[str, int], Tally]:
+    """One agreed tally per (scenario, history)."""
+    result: dict[tuple[str, int], Tally] = {}
+    with fake_aws():
+        stack = build_stack()
+        for n in HISTORY:
+            cells = asyncio.run(measure_cell(stack, n))
+            for scenario, tallies in cells.items():
+                if any(t.requests != tallies[0].requests for t in tallies):
+                    raise RuntimeError(f"{scenario} at {n}: counts differ between rounds")
+                result[(scenario, n)] = tallies[-1]
+    return result
+
+
+def print_table(result: dict[tuple[str, int], Tally]) -> None:
+    heads = [f"{n:,}" for n in HISTORY] + ["goal", "before"]
+    print(f"    {'requests made by Bide':<34}" + "".join(f"{h:>8}" for h in heads))
+    for scenario in SCENARIOS:
+        services = sorted({s for n in HISTORY for s in by_bide(result[(scenario, n)])})
+        print(f"    {scenario}")
+        for service in services:
+            cells = [by_bide(result[(scenario, n)])[service] for n in HISTORY]
+            print(f"      {service:<32}" + "".join(f"{c:>8}" for c in cells))
+        totals = [sum(by_bide(result[(scenario, n)]).values()) for n in HISTORY]
+        row = [*totals, GOAL[scenario], BEFORE[scenario]]
+        print(f"      {'total':<32}" + "".join(f"{c:>8}" for c in row))
+        runs = [sum(result[(scenario, n)].wakes.values()) for n in HISTORY]
+        print(f"      {'worker runs (wake messages)':<32}" + "".join(f"{c:>8}" for c in runs))
+        goal = GOAL[scenario]
+        over = [f"{n:,}" for n, total in zip(HISTORY, totals, strict=True) if total > goal]
+        print(f"      goal NOT met at {', '.join(over)}" if over else "      goal met at all three")
+    print()
+    print("    RRU / WRU (estimated) per round:")
+    for scenario in SCENARIOS:
+        cells = ", ".join(
+            f"{n:,}: {result[(scenario, n)].rru:.0f} / {result[(scenario, n)].wru:.0f}"
+            for n in HISTORY
+        )
+        print(f"      {scenario:<22} {cells}")
+
+
+def main() -> None:
+    began = time.perf_counter()
+    print("Requests made by Bide per round after N waits of history, on moto, against the")
+    print("goal of issue 12 and the figure recorded before it (docs/performance.md).")
+    print()
+    print_table(measure_history())
+    print(f"\ntotal {time.perf_counter() - began:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
