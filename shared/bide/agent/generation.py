@@ -2,8 +2,10 @@
 
 Checkpoints:
 
-* ``{"phase": "request", "attempt": n}``: place steers, ask the model. Tool calls -> create
-  tool tasks (owned) and wait ``all_settled`` at ``round``. A final answer -> ``on_yield``.
+* ``{"phase": "request", "attempt": n}``: read the model's window of the transcript once
+  (:mod:`.window`; a compaction hook may first fold old turns, :mod:`.compaction`), ask the
+  model. Tool calls -> create tool tasks (owned) and wait ``all_settled`` at ``round``. A
+  final answer -> ``on_yield``.
   A retryable model error parks on time (backoff), never sleeps in memory.
 * ``{"phase": "round", "assistant": i, "plan": [...]}``: the batch runs (exclusive calls alone
   in order, parallel-safe ones up to 8 at a time); each tool task writes its own result
