@@ -1,6 +1,7 @@
 """Agent sessions: conversations, submissions, the generation loop, subagents, hooks."""
 
 from .agent import Agent, Conversations, start_run, submit_in
+from .compaction import Compaction, plain_summary
 from .conversation import (
     SUBMISSION_SETTLED,
     ConversationError,
@@ -22,6 +23,7 @@ __all__ = [
     "STOP_AT_SERVICE",
     "SUBMISSION_SETTLED",
     "Agent",
+    "Compaction",
     "Continue",
     "ConversationError",
     "ConversationHead",
@@ -37,6 +39,7 @@ __all__ = [
     "create_conversation",
     "hook_task",
     "owned_conversation_id",
+    "plain_summary",
     "start_run",
     "subagent_tool",
     "submit_in",

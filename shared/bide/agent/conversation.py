@@ -5,7 +5,7 @@ Documents (all written inside commits, so they change atomically with task state
 * ``conv/<cid>``: the conversation head (owner task, the running generation, queued input,
   entry count);
 * ``conv/<cid>/e/<n>``: entry ``n`` of the transcript (user input, assistant answers with
-  tool calls, tool results);
+  tool calls, tool results, and the summaries a compaction wrote: :mod:`.compaction`);
 * ``conv/<cid>/s/<request_id>``: a submission and its status.
 
 Everything here works on a transaction (``tx``): the caller decides which commit it joins.
@@ -57,6 +57,16 @@ class Submission(BaseModel):
     created_at: float = 0.0
 
 
+class Compacted(BaseModel):
+    """Where the model's view of a conversation starts (:mod:`.compaction`): the summary
+    entry ``summary`` stands for entries ``1..through``; the full transcript is kept."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    summary: int
+    through: int
+
+
 class ConversationHead(BaseModel):
     """A conversation's head document."""
 
@@ -72,6 +82,7 @@ class ConversationHead(BaseModel):
         description="call ids of the running round's tool calls (a steer interrupts them)",
     )
     entries: int = 0
+    compacted: Compacted | None = None
     system: str | None = None
     stopped: bool = False
 

@@ -2,8 +2,10 @@
 
 Checkpoints:
 
-* ``{"phase": "request", "attempt": n}``: place steers, ask the model. Tool calls -> create
-  tool tasks (owned) and wait ``all_settled`` at ``round``. A final answer -> ``on_yield``.
+* ``{"phase": "request", "attempt": n}``: read the model's window of the transcript once
+  (:mod:`.window`; a compaction hook may first fold old turns, :mod:`.compaction`), ask the
+  model. Tool calls -> create tool tasks (owned) and wait ``all_settled`` at ``round``. A
+  final answer -> ``on_yield``.
   A retryable model error parks on time (backoff), never sleeps in memory.
 * ``{"phase": "round", "assistant": i, "plan": [...]}``: the batch runs (exclusive calls alone
   in order, parallel-safe ones up to 8 at a time); each tool task writes its own result
@@ -30,6 +32,7 @@ from ..constants import STOP_AT_SERVICE as _STOP_AT_SERVICE
 from ..engine.state import Aborted, Completed, Failed, Running, Sleeping, Terminal, Waiting
 from ..engine.tasks import TaskDefinition, TaskView, define_task
 from .batch import schedule as schedule_batch
+from .compaction import compact
 from .conversation import (
     append_entry,
     entry_key,
@@ -39,21 +42,16 @@ from .conversation import (
     write_head,
 )
 from .hooks import Continue, StartTasks
-from .limits import LimitReached, before_request, before_tools, usage
+from .limits import LimitReached, before_request, before_tools
 from .providers.base import (
-    AssistantMessage,
-    Message,
     ModelDeferred,
     ModelError,
-    ModelRequest,
     ModelResponse,
     ToolNameError,
-    ToolResultMessage,
-    ToolSpec,
-    UserMessage,
 )
 from .run_end import run_ended_in
 from .steering import interrupted_round, place_steers, settle_for_stop, steer_queued
+from .window import Window, build_request, round_results, window, window_usage
 
 if TYPE_CHECKING:
     from ..engine.runtime import Runtime
@@ -103,57 +101,11 @@ def generation_task(agent: Agent) -> TaskDefinition:
     )
 
 
-def entries(rt: Any, cid: str) -> list[dict[str, Any]]:
-    """The transcript, in order."""
-    return [body for _key, body in rt.list_docs(f"conv/{cid}/e/")]
-
-
-def build_request(
-    agent: Agent, rt: Any, cid: str, transcript: list[dict[str, Any]] | None = None
-) -> ModelRequest:
-    """The model request for the conversation as it stands (``transcript``: its entries,
-    when the caller has read them already)."""
-    head = read_head(rt, cid)
-    messages: list[Message] = []
-    for entry in entries(rt, cid) if transcript is None else transcript:
-        if entry["type"] == "user":
-            messages.append(UserMessage(text=entry["text"]))
-        elif entry["type"] == "assistant":
-            messages.append(
-                AssistantMessage(text=entry.get("text", ""), tool_calls=entry.get("tool_calls", []))
-            )
-        elif entry["type"] == "tool_result":
-            text = entry["text"]
-            if agent.admission is not None:
-                text = agent.admission.render(
-                    entry.get("identity"),
-                    entry.get("variant"),
-                    text,
-                    entry["is_error"],
-                    family=agent.model_family,
-                )
-            messages.append(
-                ToolResultMessage(call_id=entry["call_id"], text=text, is_error=entry["is_error"])
-            )
-    offered = (
-        agent.admission.catalog(agent.model_family).specs
-        if agent.admission is not None
-        else agent.tools.manifest()
-    )
-    tools = [
-        ToolSpec(name=t["name"], description=t["description"], parameters=t["parameters"])
-        for t in offered
-    ]
-    return ModelRequest(
-        system=head.system or agent.system, messages=tuple(messages), tools=tuple(tools)
-    )
-
-
 async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
     cid = task.input["conversation"]
     attempt = int(task.checkpoint.get("attempt", 0))
-    transcript = entries(rt, cid)
-    reached = before_request(agent.limits, usage(transcript, task.id))
+    view = window(rt, cid)  # the one read of the transcript for this request
+    reached = before_request(agent.limits, window_usage(view, task.id))
     if reached is not None:
         await rt.commit(lambda tx: _stopped_in(agent, tx, cid, reached.message, reached.entry()))
         return
@@ -162,7 +114,10 @@ async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
     except ToolNameError as exc:  # a tool added since the agent was defined
         await _end_with_error(agent, rt, cid, f"{type(exc).__name__}: {exc}")
         return
-    request = build_request(agent, rt, cid, transcript)
+    compaction = next((h.compact for h in agent.hooks if h.compact is not None), None)
+    if compaction is not None:
+        view = await compact(compaction, rt, cid, task.id, view)
+    request = build_request(agent, rt, cid, view)
     stop_at = rt.services.get(STOP_AT_SERVICE)
     if isinstance(stop_at, int | float):
         request = request.model_copy(update={"time_limit": max(0.0, stop_at - rt.now())})
@@ -184,7 +139,7 @@ async def _request(agent: Agent, task: TaskView, rt: Runtime) -> None:
         await _end_with_error(agent, rt, cid, f"{exc.code}: {exc}")
         return
     if response.tool_calls:
-        await _start_round(agent, task, rt, cid, response, transcript)
+        await _start_round(agent, task, rt, cid, response, view)
         return
     await _answer(agent, task, rt, cid, response)
 
@@ -195,13 +150,13 @@ async def _start_round(
     rt: Runtime,
     cid: str,
     response: ModelResponse,
-    transcript: list[dict[str, Any]],
+    view: Window,
 ) -> None:
     """Record the answer with its calls and plan the batch. Calls to names this request did
     not advertise get an error result at once and never reach an operation. Calls past the
     run's limits are not run at all: each gets an error result, and the run ends."""
     entry = _assistant_entry(response, task.id)
-    reached = before_tools(agent.limits, usage([*transcript, entry], task.id))
+    reached = before_tools(agent.limits, window_usage(view, task.id, [entry]))
     if reached is not None:
         await rt.commit(lambda tx: _refused_round(agent, tx, cid, entry, reached))
         return
@@ -335,7 +290,7 @@ async def _round(agent: Agent, task: TaskView, rt: Runtime) -> None:
     if waiting[0] is not None:
         return  # the batch parks as a whole until its next call ends (or a steer took over)
     assistant = rt.get_doc(entry_key(cid, index))
-    results = [e for e in entries(rt, cid)[index:] if e["type"] == "tool_result"]
+    results = round_results(rt, cid, index)
     for hooks in agent.hooks:
         if hooks.after_tools is None:
             continue

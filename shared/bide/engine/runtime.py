@@ -136,9 +136,13 @@ class Runtime:
         """A committed document's body (None when absent)."""
         return self._h.get_doc(key)
 
-    def list_docs(self, prefix: str) -> list[tuple[str, Any]]:
-        """Committed documents under ``prefix``, in key order."""
-        return [(d.key, d.body) for d in self._h.list_docs(prefix)]
+    def list_docs(
+        self, prefix: str, *, start_after: str | None = None, limit: int | None = None
+    ) -> list[tuple[str, Any]]:
+        """Committed documents under ``prefix``, in key order (after ``start_after``, at most
+        ``limit``: see :meth:`bide.engine.store.Store.list_docs`)."""
+        found = self._h.list_docs(prefix, start_after=start_after, limit=limit)
+        return [(d.key, d.body) for d in found]
 
     async def write(self, change: Callable[[_Tx], R]) -> R:
         """Commit side writes (documents, child tasks, signals) without changing the task's
