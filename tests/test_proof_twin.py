@@ -75,6 +75,7 @@ from bide import Completed, Harness, SignalResult, Terminal
 from bide.aws.dynamodb import DynamoDBStore, create_table
 from bide.aws.sqs import SqsDeadLetters, parse_dead_letter
 from bide.engine.harness import DEFAULT_RESTART_LIMIT
+from bide.engine.store import StoreWrapper
 from bide.engine.store.base import Store
 from bide.service.signals import deliver
 from bide.testing.aws import AwsTwin, TwinConfig
@@ -100,17 +101,14 @@ def quiet() -> Iterator[None]:
     logging.disable(logging.NOTSET)
 
 
-class TakeoverWatch:
+class TakeoverWatch(StoreWrapper):
     """The store, noting when a ``pay`` call's tool task was first written with a restart
     counted: the moment a worker took over the task a killed invocation left running."""
 
     def __init__(self, inner: Store, clock: Any) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.clock = clock
         self.takeovers: dict[tuple[str, int], float] = {}  # (session, step) -> when
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     def commit(self, session_id: str, expected_seq: int, writes: Any, docs: Any = ()) -> int:
         """Commit; then note the tool tasks written with a restart."""
