@@ -106,6 +106,7 @@ class FamilyMachine(RuleBasedStateMachine):
         self.restarts: Counter[str] = Counter()  # task id -> recoveries since its progress
         self.crashes = 0
         self.last_victim: str | None = None
+        self.fresh = False  # the last victim made progress in its run before it stopped
         self.races = 0
         self.harness = self.open_harness()
         TALLY["examples"] += 1
@@ -214,32 +215,34 @@ class FamilyMachine(RuleBasedStateMachine):
         running = any(r.status == "running" for r in self.observer().live_tasks.values())
         return not running and bool(self.runnable())
 
-    def candidates(self) -> list[tuple[str, str, str]]:
-        """Where the next run can be stopped: ``(ident, kind, phase)`` of each runnable task,
-        of the children a runnable family creates in that run (they run in it too), and of a
-        family whose children all end in that run (its ``woke`` phase runs in it). A child
-        is named by its ref (known before it exists), a family by its id."""
+    def candidates(self) -> list[tuple[str, str, str, bool]]:
+        """Where the next run can be stopped: ``(ident, kind, phase, fresh)`` of each runnable
+        task, of the children a runnable family creates in that run (they run in it too), and
+        of a family whose children all end in that run (its ``woke`` phase runs in it). A
+        child is named by its ref (known before it exists), a family by its id. ``fresh``:
+        the task made progress in this run before it reaches that phase (or is new), so its
+        count of restarts starts again from 0."""
         h, runnable = self.observer(), self.runnable()
         found = []
         for record in runnable:
             phase = record.state.checkpoint.get("phase", "start")
             if record.kind != FAMILY:
-                found.append((record.key, record.kind, phase))
+                found.append((record.key, record.kind, phase, False))
                 continue
-            found.append((record.id, FAMILY, phase))
+            found.append((record.id, FAMILY, phase, False))
             step = record.state.checkpoint["step"] + 1 if phase == "woke" else 0
             plan = self.plans[record.id]
             kids = plan[step] if step < len(plan) else []
             for j, child in enumerate(kids):
                 kind = TOOL if child["op"] == "pay" else KID
-                found.append((kid_ref(record.id, step, j), kind, "start"))
+                found.append((kid_ref(record.id, step, j), kind, "start", True))
             if phase == "start" and all(c["op"] == "pay" or not c["dt"] for c in kids):
-                found.append((record.id, FAMILY, "woke"))
+                found.append((record.id, FAMILY, "woke", True))
         for record in h.live_tasks.values():
             if record.kind == FAMILY and record.status == "waiting":
                 kids = [h.task(k) for k in record.state.on]  # type: ignore[union-attr]
                 if all(k is None or self.ends_in_a_run(k) for k in kids):
-                    found.append((record.id, FAMILY, "woke"))
+                    found.append((record.id, FAMILY, "woke", True))
         return found
 
     def ends_in_a_run(self, record: Any) -> bool:
@@ -262,8 +265,9 @@ class FamilyMachine(RuleBasedStateMachine):
         again = [c for c in found if c[0] == self.last_victim]
         if again and data.draw(st.booleans()):  # the same task again: toward its restart limit
             found = again
-        ident, kind, phase = data.draw(st.sampled_from(found))
+        ident, kind, phase, fresh = data.draw(st.sampled_from(found))
         self.last_victim = ident
+        self.fresh = fresh
         if kind == TOOL:
             stop = data.draw(st.sampled_from(PAY_STOPS))
         elif kind == FAMILY and phase == "woke":
@@ -305,6 +309,8 @@ class FamilyMachine(RuleBasedStateMachine):
         """The model of a takeover of ``victim``: one restart more; past the limit it ends
         faulted (a pay call holding its intent ends interrupted instead: see ``cut``)."""
         ref = victim.key or victim.id
+        if self.fresh:
+            self.restarts[victim.id] = 0
         self.restarts[victim.id] += 1
         if self.restarts[victim.id] > RESTART_LIMIT:
             event("family: a task reached the restart limit")
@@ -335,7 +341,7 @@ class FamilyMachine(RuleBasedStateMachine):
 
         victim = self.run(go())
         # The others ran on to a park: progress.
-        self.restarts = Counter({victim.id: self.restarts[victim.id]})
+        self.restarts = Counter({victim.id: 0 if self.fresh else self.restarts[victim.id]})
         if kind == TOOL:
             self.cut.add(ident)
         if not clean:
