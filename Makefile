@@ -128,7 +128,8 @@ test: venv chromium
 # counters), and with the services' own log lines and EMF metrics turned down. The DynamoDB
 # Local races run on an instance started for the run, as in `make test`.
 PROOF_TESTS := tests/test_example_sweep.py tests/test_tool_crashes.py \
-	tests/test_proof_aws_crashes.py tests/test_model_based.py tests/test_proof_races.py \
+	tests/test_proof_aws_crashes.py tests/test_model_based.py \
+	tests/test_model_based_tools.py tests/test_proof_races.py \
 	tests/test_proof_hostile_input.py tests/test_proof_twin.py
 
 # Then the mutation run (scripts/mutation_run.py): one-line bugs planted in a scratch copy of

@@ -44,6 +44,10 @@ work, the store must end where the model does.
 The default run is CI-sized (2,000 examples); ``BIDE_LONG_PROOF=1`` runs 20,000 longer ones.
 ``CI`` set makes the run deterministic. ``pytest -s`` prints how many examples and steps ran.
 
+Waits, children and a counted replay-unsafe tool have their own machine,
+``tests/test_model_based_tools.py``; the helpers that stop a run inside a phase are in
+``tests/model_stops.py``.
+
 Long because: the state machine that drives the real harness and the invariants it checks
 are one proof; split, a reader could not check each rule's steps against what is asserted.
 """
@@ -51,7 +55,6 @@ are one proof; split, a reader could not check each rule's steps against what is
 from __future__ import annotations
 
 import asyncio
-import copy
 import os
 import time
 from collections import Counter
@@ -70,16 +73,15 @@ from model_kit import (
     LEASE,
     RESTART_LIMIT,
     SESSION,
-    STOPS,
     TOKENS,
     UNKNOWN_IDS,
     Model,
-    MSlot,
     MTask,
     Trap,
     make_kind,
     new_keys,
 )
+from model_stops import StopsMidPhase
 
 from bide import (
     Aborted,
@@ -113,7 +115,7 @@ steps = st.fixed_dictionaries(
 plans = st.lists(steps, min_size=1, max_size=4)
 
 
-class EngineMachine(RuleBasedStateMachine):
+class EngineMachine(StopsMidPhase, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -466,70 +468,6 @@ class EngineMachine(RuleBasedStateMachine):
         self.harness = self.open_harness()
         self.model.open(self.clock.now())
 
-    def runnable(self) -> list[MTask]:
-        return [t for t in self.model.live() if self.model.eligible(t, self.clock.now())]
-
-    def can_stop_a_run(self) -> bool:
-        """Some runnable task, and nothing left running by a dead harness (a run would take
-        that over too)."""
-        running = any(t.status == "running" for t in self.model.live())
-        return not running and bool(self.runnable())
-
-    def draw_victim(self, data: st.DataObject) -> MTask:
-        """The runnable task whose phase the run stops in (the others run on)."""
-        runnable = self.runnable()
-        event(f"runnable at the stop: {len(runnable)}")
-        return data.draw(st.sampled_from(runnable))
-
-    def draw_stop(self, data: st.DataObject, victim: MTask) -> str:
-        """Where the victim's phase stops: a ``woke`` phase anywhere in ``STOPS``; a ``start``
-        phase or an abort handler at its start."""
-        if victim.phase != "woke" or victim.abort_marked:
-            return "start"
-        return data.draw(st.sampled_from(STOPS))
-
-    def reserve_all(self, victim: MTask, now: float, stop: str) -> dict[str, MSlot] | None:
-        """The run's first commit reserves every runnable task; the others then run on until
-        parked (the engine runs them concurrently while the victim is stopped). A victim
-        stopped after its memo write wrote it now (durable: a crash or a takeover keeps it).
-
-        Returns the victim's slots as its phase reads them: the record it was reserved with,
-        unless its memo write is still to come; that commit sees (reloads) what other
-        processes wrote meanwhile, so the phase reads the slots as they are then (None)."""
-        memo_to_write = victim.phase == "woke" and f"m{victim.step}" not in victim.memos
-        self.model.reserve(victim, now)
-        seen = copy.deepcopy(victim.slots)
-        if stop != "start":
-            self.model.write_memo(victim, now)
-        self.model.run_until_parked(now)  # the victim's lease is live: it is left alone
-        return None if stop == "start" and memo_to_write else seen
-
-    async def others_parked(self, h: Harness, victim: str) -> None:
-        """Let the run's other invocations go on until each is where the model left it
-        (parked or ended): stopping one phase must not hold the others up. Everything runs
-        on one event loop on an in-memory store, so a bounded number of turns gets there."""
-        others = [t for t in self.model.tasks.values() if t.id != victim]
-
-        def behind() -> list[str]:
-            late = []
-            for t in others:
-                record = h.task(t.id)
-                assert record is not None, f"task {t.id} lost"
-                state = record.state
-                done = state.status == t.status and (
-                    t.status == "terminal" or state.checkpoint == t.checkpoint()
-                )
-                if not done:
-                    late.append(f"{t.id} {state.status}")
-            return late
-
-        for _ in range(60):
-            if not behind():
-                return
-            for _ in range(5):
-                await asyncio.sleep(0)
-        assert not behind(), f"while a phase is stopped: {behind()}"
-
     @precondition(lambda self: self.crashes < 4 and self.can_stop_a_run())
     @rule(data=st.data(), clean=st.booleans())
     def crash_mid_phase(self, data: st.DataObject, clean: bool) -> None:
@@ -548,28 +486,6 @@ class EngineMachine(RuleBasedStateMachine):
             self.model.release(victim)
         self.harness = self.open_harness()
         self.model.open(self.clock.now())  # a killed worker's task stays leased
-
-    async def crash_while_running(self, victim: str, clean: bool, stop: str) -> None:
-        self.trap.arm(victim, stop)
-        self.trap.calls = 0
-        assert self.trap.hit is not None and self.trap.hang is not None
-        runner = asyncio.ensure_future(self.harness.run_until_parked())
-        hit = asyncio.ensure_future(self.trap.hit.wait())
-        await asyncio.wait({runner, hit}, return_when=asyncio.FIRST_COMPLETED)
-        assert hit.done() and not runner.done(), "the victim's phase never started"
-        await self.others_parked(self.harness, victim)
-        record = self.harness.task(victim)
-        assert record is not None and record.status == "running"
-        if clean:
-            # close() cancels the phase and puts the task back to pending (no restart counted).
-            await self.harness.close()
-        else:
-            # The process dies: the run stops every invocation and writes nothing more.
-            runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
-        if not self.trap.hang.done():  # nothing of the dead process may run on
-            self.trap.hang.cancel()
-            await asyncio.sleep(0)
 
     # --- invariants --------------------------------------------------------------------------
 

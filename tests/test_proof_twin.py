@@ -21,8 +21,15 @@ run of its script (the same log of what it read; ``pay`` ran exactly once per ca
   every session ended;
 * **0 stuck**: no task left live, no wake message left queued, no schedule left armed,
   nothing in the dead-letter queue;
-* **0 doubled**: a replay-unsafe effect ran exactly once (an ``interrupted`` call would be
-  counted apart and reported; with the clean stop at the deadline none happen).
+* **0 doubled**: a replay-unsafe effect ran exactly once per completed call; a call whose
+  ``pay`` was cut in flight (a kill at the timeout, or the worker's clean stop) ends
+  ``interrupted`` with its one payment made, never run twice; a task a killed invocation left
+  running is taken over only once its lease (``Deps.lease_seconds``) ran out.
+
+Fixed sessions make the rare paths certain (``twin_proof_kit``): a ``pay`` that outlasts any
+invocation (every run cuts it; it must end ``interrupted``), and in the run whose invocations
+are killed, a phase that outlasts any invocation (it must end faulted at the restart limit).
+The figures line counts both.
 
 CI size: 40 sessions; ``BIDE_LONG_PROOF=1`` runs 100 (moto slows as its table grows).
 ``pytest -s`` prints the figures.
@@ -37,6 +44,7 @@ import io
 import json
 import logging
 import os
+import random
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -51,17 +59,23 @@ from twin_proof_kit import (
     HOUR,
     MINUTE,
     SCRIPT,
+    TOOL_KIND,
     Script,
     ScriptProbe,
+    doomed_script,
     expected_log,
+    is_interrupted,
     make_script,
+    pay_cut_script,
     reference_run,
     script_app,
 )
 
-from bide import Harness, SignalResult, Terminal
+from bide import Completed, Harness, SignalResult, Terminal
 from bide.aws.dynamodb import DynamoDBStore, create_table
 from bide.aws.sqs import SqsDeadLetters, parse_dead_letter
+from bide.engine.harness import DEFAULT_RESTART_LIMIT
+from bide.engine.store import StoreWrapper
 from bide.engine.store.base import Store
 from bide.service.signals import deliver
 from bide.testing.aws import AwsTwin, TwinConfig
@@ -85,6 +99,25 @@ def quiet() -> Iterator[None]:
     logging.disable(logging.CRITICAL)
     yield
     logging.disable(logging.NOTSET)
+
+
+class TakeoverWatch(StoreWrapper):
+    """The store, noting when a ``pay`` call's tool task was first written with a restart
+    counted: the moment a worker took over the task a killed invocation left running."""
+
+    def __init__(self, inner: Store, clock: Any) -> None:
+        super().__init__(inner)
+        self.clock = clock
+        self.takeovers: dict[tuple[str, int], float] = {}  # (session, step) -> when
+
+    def commit(self, session_id: str, expected_seq: int, writes: Any, docs: Any = ()) -> int:
+        """Commit; then note the tool tasks written with a restart."""
+        seq = self.inner.commit(session_id, expected_seq, writes, docs)
+        for record in writes:
+            if record.kind == TOOL_KIND and record.restarts > 0:
+                step = record.input["arguments"]["step"]
+                self.takeovers.setdefault((session_id, step), self.clock.now())
+        return seq
 
 
 class PoisonStore:
@@ -128,6 +161,8 @@ class Fleet:
     schedules_left: list[str] = field(default_factory=list)
     scheduler_dead: int = 0
     probe: ScriptProbe = field(default_factory=ScriptProbe)
+    takeovers: dict[tuple[str, int], float] = field(default_factory=dict)  # of pay calls
+    lease: float | None = None  # the worker's lease (Deps.lease_seconds)
     wall: float = 0.0
 
 
@@ -139,9 +174,11 @@ def run_fleet(
     store_faults: bool = True,
     config: TwinConfig = STACK_CONFIG,
     slow_every: int = 3,
+    extras: tuple[Script, ...] = (),
 ) -> Fleet:
-    """Run ``sessions`` scripts (plus the ``poison`` session, if named) on one twin of
-    ``config``; with ``store_faults``, DynamoDB throttles and conflicts at the module's rates."""
+    """Run ``sessions`` scripts plus the fixed ``extras`` (and the ``poison`` session, if
+    named) on one twin of ``config``; with ``store_faults``, DynamoDB throttles and conflicts
+    at the module's rates."""
     from moto import mock_aws
 
     wall = time.perf_counter()
@@ -150,18 +187,20 @@ def run_fleet(
         rng = twin.rng
         scripts = [
             make_script(rng, f"s-{n:03d}", slow=n % slow_every == 0) for n in range(sessions)
-        ]
+        ] + list(extras)
         fleet = Fleet(scripts)
         raw_client = aws_client("dynamodb")
         table = unique("proof-twin")
         create_table(raw_client, table)
         rates = (THROTTLE_RATE, CONFLICT_RATE) if store_faults else (0.0, 0.0)
         ddb = twin.dynamodb(raw_client, throttle_rate=rates[0], conflict_rate=rates[1])
-        store: Any = DynamoDBStore(table, client=ddb, sleep=twin.clock.advance)
-        # The store jitters its retry backoff with an RNG of its own; seeded, so a run is
-        # reproducible (the backoff moves simulated time).
-        store._retry._rng.seed(seed)
+        # The store jitters its retry backoff; a seeded RNG makes a run reproducible (the
+        # backoff moves simulated time).
+        store: Any = DynamoDBStore(
+            table, client=ddb, sleep=twin.clock.advance, retry_rng=random.Random(seed)
+        )
         raw = DynamoDBStore(table, client=raw_client)  # fault-free, for the checks
+        watch = store = TakeoverWatch(store, twin.clock)
         if poison is not None:
             store = PoisonStore(store, poison)
         fleet.probe.clock = twin.clock
@@ -173,6 +212,7 @@ def run_fleet(
             dead_letters=SqsDeadLetters(twin.sqs, twin.dead_letter_url),
             max_receive_count=max_receives,
         )
+        fleet.lease = deps.lease_seconds
         worker = twin.worker(deps)
         handler = worker.handler
 
@@ -321,9 +361,11 @@ def run_fleet(
             sid = script.session_id
             record = raw.get_task(sid, fleet.task_ids[sid])
             assert record is not None
-            fleet.logs[sid] = (
-                record.state.outcome.result if isinstance(record.state, Terminal) else record.state
-            )
+            state = record.state
+            fleet.logs[sid] = state
+            if isinstance(state, Terminal):  # a completed script's result holds its log
+                done = state.outcome
+                fleet.logs[sid] = done.result if isinstance(done, Completed) else done.model_dump()
             fleet.live[sid] = sorted(raw.load(sid).tasks)
         fleet.leftover_wakes = twin.sqs.bodies(twin.queue_url)
         fleet.dead_letters = [parse_dead_letter(b) for b in twin.sqs.bodies(twin.dead_letter_url)]
@@ -335,6 +377,8 @@ def run_fleet(
         for code, n in ddb.injected.items():
             fleet.faults[code] += n
         fleet.faults["phases cut mid-call"] = fleet.probe.cut
+        fleet.faults["pays cut in flight"] = len(fleet.probe.pay_cut)
+        fleet.takeovers = watch.takeovers
     fleet.wall = time.perf_counter() - wall
     return fleet
 
@@ -346,6 +390,11 @@ class Verdict:
     doubled: list[str] = field(default_factory=list)
     interrupted: list[str] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)
+    restart_limited: list[str] = field(default_factory=list)  # doomed sessions that got there
+    after_lease: list[str] = field(default_factory=list)  # pay calls taken over after the lease
+
+
+RESTART_LIMIT_REACHED = {"status": "faulted", "error": "restart limit reached"}
 
 
 def judge(fleet: Fleet, *, bound: float = WAKE_BOUND) -> Verdict:
@@ -354,21 +403,23 @@ def judge(fleet: Fleet, *, bound: float = WAKE_BOUND) -> Verdict:
     verdict = Verdict()
     for script in fleet.scripts:
         sid = script.session_id
+        got = fleet.logs[sid]
+        if fleet.live[sid]:
+            verdict.stuck.append(f"{sid}: live tasks {fleet.live[sid]}")
+        if script.doomed:
+            if got == RESTART_LIMIT_REACHED:
+                verdict.restart_limited.append(sid)
+            else:
+                verdict.wrong.append(f"{sid}: {got}, not faulted at the restart limit")
+            continue
         want, paid = reference_run(script)
         assert want == expected_log(script), f"the reference itself is off for {sid}"
-        got = fleet.logs[sid]
         if not isinstance(got, dict):
             verdict.lost.append(f"{sid}: never ended ({got})")
             continue
-        if fleet.live[sid]:
-            verdict.stuck.append(f"{sid}: live tasks {fleet.live[sid]}")
-        interrupted = [e for e in got["log"] if e[0] == "effect" and "interrupted" in str(e)]
-        verdict.interrupted += [f"{sid}: {e}" for e in interrupted]
-        if got["log"] != want and not interrupted:
-            verdict.wrong.append(f"{sid}: {got['log']} != reference {want}")
-        ran = fleet.probe.paid[sid]
-        if ran != paid[sid] and not interrupted:
-            verdict.doubled.append(f"{sid}: pay ran {ran}x, reference {paid[sid]}x")
+        judge_log(fleet, script, got["log"], want, verdict)
+        for key, ran in sorted(paid.items()):
+            assert ran == 1, f"the reference paid {ran}x for {key}"
     for sid, why, late in fleet.probe.latencies:
         if late > bound:
             verdict.lost.append(f"{sid}: a {why} wake ran {late:.0f} s after it was due")
@@ -383,6 +434,46 @@ def judge(fleet: Fleet, *, bound: float = WAKE_BOUND) -> Verdict:
     return verdict
 
 
+def judge_log(
+    fleet: Fleet, script: Script, log: list[Any], want: list[Any], verdict: Verdict
+) -> None:
+    """One session's log against its reference, step by step. An ``effect`` may end
+    ``interrupted`` only where its ``pay`` was cut in flight (or cut before it began), with at
+    most one payment; a completed one paid exactly once. A ``pay`` call taken over from a
+    killed invocation was taken over no sooner than its lease ran out."""
+    sid = script.session_id
+    if len(log) != len(want):
+        verdict.wrong.append(f"{sid}: {log} != reference {want}")
+        return
+    for i, (entry, expected) in enumerate(zip(log, want, strict=True)):
+        if expected[0] != "effect":
+            if entry != expected:
+                verdict.wrong.append(f"{sid} step {i}: {entry} != reference {expected}")
+            continue
+        ran = fleet.probe.paid[(sid, i)]
+        if is_interrupted(entry):
+            verdict.interrupted.append(f"{sid} step {i}")
+            if ran > 1:
+                verdict.doubled.append(f"{sid} step {i}: interrupted, yet pay ran {ran}x")
+            elif ran == 1 and (sid, i) not in fleet.probe.pay_cut:
+                verdict.wrong.append(f"{sid} step {i}: interrupted, yet pay was never cut")
+        elif entry != expected:
+            verdict.wrong.append(f"{sid} step {i}: {entry} != reference {expected}")
+        elif ran != 1:
+            verdict.doubled.append(f"{sid} step {i}: completed, pay ran {ran}x (not once)")
+        taken = fleet.takeovers.get((sid, i))
+        if taken is not None and ran:
+            assert fleet.lease is not None, "a takeover without a lease"
+            # The intent commit that renewed the lease came just before pay began.
+            lease_end = fleet.probe.pay_started[(sid, i)] + fleet.lease
+            if taken < lease_end - 1.0:
+                verdict.doubled.append(
+                    f"{sid} step {i}: taken over {lease_end - taken:.0f} s before its lease ended"
+                )
+            else:
+                verdict.after_lease.append(f"{sid} step {i}")
+
+
 def summary(fleet: Fleet, verdict: Verdict, title: str, bound: float = WAKE_BOUND) -> str:
     by_kind = ", ".join(f"{k} {n}" for k, n in sorted(fleet.faults.items()) if n)
     latencies = [late for _, _, late in fleet.probe.latencies]
@@ -393,16 +484,20 @@ def summary(fleet: Fleet, verdict: Verdict, title: str, bound: float = WAKE_BOUN
         f"\n  faults injected: {by_kind}"
         f"\n  signal results: {dict(sorted(fleet.results.items()))}"
         f"\n  wakes checked {len(latencies)}, latest {max(latencies, default=0):.0f} s after due"
-        f" (bound {bound:.0f} s); interrupted {len(verdict.interrupted)}"
+        f" (bound {bound:.0f} s)"
+        f"\n  pays cut in flight {fleet.faults['pays cut in flight']}, interrupted "
+        f"{len(verdict.interrupted)}, taken over after the lease {len(verdict.after_lease)}, "
+        f"restart limit reached {len(verdict.restart_limited)}"
         f"\n  lost {len(verdict.lost)}, stuck {len(verdict.stuck)}, "
         f"doubled {len(verdict.doubled)}, wrong {len(verdict.wrong)}"
     )
 
 
 def test_many_sessions_over_many_hours_end_as_the_reference_with_nothing_lost() -> None:
-    fleet = run_fleet(SEED, SESSIONS)
+    fleet = run_fleet(SEED, SESSIONS, extras=(pay_cut_script("s-pay-cut"),))
     verdict = judge(fleet)
     print(summary(fleet, verdict, "twin proof"))
+    assert "s-pay-cut step 0" in verdict.interrupted, "the cut pay did not end interrupted"
     assert not verdict.lost, verdict.lost
     assert not verdict.stuck, verdict.stuck
     assert not verdict.doubled, verdict.doubled
@@ -417,6 +512,7 @@ def test_many_sessions_over_many_hours_end_as_the_reference_with_nothing_lost() 
         "signal duplicates",
         "TransactionCanceledException",
         "phases cut mid-call",
+        "pays cut in flight",
     ):
         assert fleet.faults[kind] > 0, f"no {kind} in this run"
     assert fleet.results["late:closed"] > 0
@@ -459,15 +555,29 @@ def test_invocations_killed_at_their_timeout_mid_phase_lose_and_double_nothing()
     """The worker's clean stop comes too late here (a margin past the timeout: as if a call
     blocked through it), so Lambda kills invocations mid-phase: the wake is not deleted and
     comes back after the queue's visibility timeout, and the next worker recovers the task
-    the dead one left running. Later, but nothing lost, stuck or doubled."""
+    the dead one left running. Later, but nothing lost, stuck or doubled.
+
+    The queue's visibility timeout is as short as AWS allows (the function's timeout), so a
+    killed wake comes back while the dead invocation's lease is still live: the worker must
+    leave the task alone until the lease ends. A ``pay`` killed in flight ends
+    ``interrupted`` with one payment; a phase killed at every timeout reaches the restart
+    limit and faults, and its wakes never end in the dead-letter queue."""
     variables = {**STACK_CONFIG.function.environment, "BIDE_SAFETY_MARGIN_MS": "-5000"}
     function = dataclasses.replace(STACK_CONFIG.function, environment=variables)
-    config = dataclasses.replace(STACK_CONFIG, function=function)
-    fleet = run_fleet(SEED + 3, 12, config=config, slow_every=1)
-    bound = WAKE_BOUND + STACK_CONFIG.queue.visibility_timeout
+    queue = dataclasses.replace(STACK_CONFIG.queue, visibility_timeout=int(function.timeout))
+    config = dataclasses.replace(STACK_CONFIG, function=function, queue=queue)
+    extras = (pay_cut_script("s-pay-cut"), doomed_script("s-doomed"))
+    fleet = run_fleet(SEED + 3, 12, config=config, slow_every=1, extras=extras)
+    bound = WAKE_BOUND + queue.visibility_timeout + (fleet.lease or 0.0)
     verdict = judge(fleet, bound=bound)
     print(summary(fleet, verdict, "killed at the timeout", bound))
     assert fleet.outcomes["timeout"] > 0, "no invocation was killed: nothing shown"
+    assert ("s-pay-cut", 0) in fleet.probe.pay_cut, "pay was never killed in flight"
+    assert "s-pay-cut step 0" in verdict.interrupted, "the killed pay did not end interrupted"
+    assert "s-pay-cut step 0" in verdict.after_lease, "the killed pay was never taken over"
+    assert verdict.restart_limited == ["s-doomed"], verdict.restart_limited
+    # Its first run and one per restart the limit allows, each killed; then it faulted.
+    assert fleet.probe.cuts["s-doomed"] == DEFAULT_RESTART_LIMIT + 1, fleet.probe.cuts
     assert not verdict.lost and not verdict.stuck, (verdict.lost, verdict.stuck)
     assert not verdict.doubled and not verdict.wrong, (verdict.doubled, verdict.wrong)
     assert not fleet.dead_letters, fleet.dead_letters

@@ -7,12 +7,18 @@ A session runs one ``proof.script`` task through a list of steps:
 * ``sleep``: a timed sleep (seconds under the Scheduler's precision, minutes or hours);
 * ``wait``: a sleep on one signal key with a deadline; reads the value or ``expired``;
 * ``child``: a child task that sleeps and returns a value; the script waits for it;
-* ``effect``: a child tool call of ``pay`` (replay-unsafe: default policy), counted;
+* ``effect``: a child tool call of ``pay`` (replay-unsafe: default policy), counted per step;
+  with ``secs``, ``pay`` then awaits the payment service's answer that long (a cut there
+  leaves a payment made and its call cut off: it must end ``interrupted``, never pay twice);
 * ``slow``: a phase that awaits a long simulated call before it commits (cut when the
   invocation's time runs out, rerun in the next invocation).
 
 Each step appends what it saw to a log the task ends with; the reference run on SQLite (no
 faults, the same app) must end with the same log, and ``pay`` ran exactly once per effect.
+
+Two fixed sessions make the rare paths certain: :func:`pay_cut_script` (a ``pay`` that outlasts
+any invocation, so every run of it is cut in flight) and :func:`doomed_script` (a phase that
+outlasts any invocation: killed at every timeout, it reaches the restart limit).
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from handler_fixtures import REPLY, NoArgs
+from handler_fixtures import REPLY
+from pydantic import BaseModel
 
 from bide import (
     Completed,
@@ -55,8 +62,11 @@ class ScriptProbe:
     """What the app's phases report. ``clock`` is the time source of the run."""
 
     clock: Clock | None = None
-    paid: Counter[str] = field(default_factory=Counter)  # "session/step" -> runs of pay
+    paid: Counter[tuple[str, int]] = field(default_factory=Counter)  # (session, step) -> runs
+    pay_started: dict[tuple[str, int], float] = field(default_factory=dict)  # last start
+    pay_cut: set[tuple[str, int]] = field(default_factory=set)  # pays cut while in flight
     cut: int = 0  # slow phases cancelled mid-call (the invocation's deadline)
+    cuts: Counter[str] = field(default_factory=Counter)  # session -> its slow phases cut
     cut_at: dict[str, float] = field(default_factory=dict)  # session -> when, until rerun
     slow_done: int = 0
     latencies: list[tuple[str, str, float]] = field(default_factory=list)  # session, why, s
@@ -95,7 +105,8 @@ def _park(rt: Any, task: Any, i: int, log: list[Any], kinds: tuple[Any, Any]) ->
             if op == "child":
                 child = tx.create_task(kinds[0], {"after": step["after"], "value": i}, key=str(i))
             else:
-                call = {"name": "pay", "arguments": {}, "call_id": None}
+                arguments = {"step": i, "secs": step.get("secs", 0.0)}
+                call = {"name": "pay", "arguments": arguments, "call_id": None}
                 child = tx.create_task(kinds[1], call, key=str(i))
             return Waiting(checkpoint={**base, "child": child}, on=(child,))
 
@@ -117,13 +128,22 @@ def script_app(probe: ScriptProbe) -> App:
         "proof.child", 1, lambda _: "start", {"start": child_start, "done": child_done}
     )
 
-    async def pay(args: NoArgs, api: Any) -> Any:
+    async def pay(args: PayArgs, api: Any) -> Any:
         # Replay-unsafe (the default policy): a run cut off after its intent was stored ends
-        # the call ``interrupted`` instead of paying again.
-        probe.paid[api.session_id] += 1
+        # the call ``interrupted`` instead of paying again. The payment is made first, then
+        # its answer awaited: a cut in between is the case a rerun would pay twice.
+        key = (api.session_id, args.step)
+        probe.paid[key] += 1
+        probe.pay_started[key] = api.now()
+        if args.secs:
+            try:
+                await asyncio.sleep(args.secs)  # the payment service's answer, simulated time
+            except asyncio.CancelledError:
+                probe.pay_cut.add(key)
+                raise
         return ToolResult.of_text("paid")
 
-    registry = ToolRegistry([define_tool("pay", "Pay an invoice (not replay-safe)", NoArgs, pay)])
+    registry = ToolRegistry([define_tool("pay", "Pay an invoice (not replay-safe)", PayArgs, pay)])
     kinds = (child, registry.task)
 
     async def start(task: Any, rt: Any) -> None:
@@ -139,6 +159,7 @@ def script_app(probe: ScriptProbe) -> App:
             await asyncio.sleep(step["secs"])  # a long call, in the run's (simulated) time
         except asyncio.CancelledError:
             probe.cut += 1
+            probe.cuts[rt.session_id] += 1
             probe.cut_at[rt.session_id] = rt.now()
             raise
         probe.slow_done += 1
@@ -178,6 +199,14 @@ def script_app(probe: ScriptProbe) -> App:
 
 
 SCRIPT = "proof.script"
+TOOL_KIND = "bide.tool"
+
+
+class PayArgs(BaseModel):
+    """``pay``'s arguments: the script step it pays for, and how long its answer takes."""
+
+    step: int
+    secs: float = 0.0
 
 
 def _effect_text(shown: dict[str, Any]) -> Any:
@@ -208,6 +237,7 @@ class Script:
     steps: list[dict[str, Any]]
     sends: list[Send]
     values: dict[str, str]  # key -> the value the reference reads (first delivered)
+    doomed: bool = False  # ends faulted at the restart limit by design (no reference run)
 
     @property
     def effects(self) -> int:
@@ -239,7 +269,9 @@ def make_script(rng: random.Random, session_id: str, *, slow: bool) -> Script:
         elif op == "child":
             steps.append({"op": "child", "after": rng.choice([5.0, 90.0, 20 * MINUTE])})
         elif op == "effect":
-            steps.append({"op": "effect"})
+            # In a slow session, pay's answer may take long enough to be cut.
+            secs = float(rng.randint(100, 270)) if slow and rng.random() < 0.5 else 0.0
+            steps.append({"op": "effect", "secs": secs})
         else:
             steps.append({"op": "slow", "secs": float(rng.randint(150, 270))})
         step = steps[-1]
@@ -264,6 +296,33 @@ def make_script(rng: random.Random, session_id: str, *, slow: bool) -> Script:
         if step["op"] == "sleep" or (step["op"] == "wait" and step["key"] not in values):
             elapsed += float(step["after"])
     return Script(session_id, steps, sends, values)
+
+
+# Longer than any invocation (the worker's function timeout is 300 s): never finishes in one.
+OUTLASTS_AN_INVOCATION = 400.0
+
+
+def pay_cut_script(session_id: str) -> Script:
+    """A ``pay`` whose answer outlasts any invocation, then a sleep: every run of ``pay`` is
+    cut in flight (a kill at the timeout, or the worker's clean stop before it), so the call
+    must end ``interrupted`` with one payment made, and the session go on."""
+    steps = [{"op": "effect", "secs": OUTLASTS_AN_INVOCATION}, {"op": "sleep", "after": 120.0}]
+    return Script(session_id, steps, [], {})
+
+
+def doomed_script(session_id: str) -> Script:
+    """A phase that outlasts any invocation: where invocations are killed at their timeout,
+    every run of it dies and is recovered (a restart), until the restart limit faults the
+    task. Only for runs that kill (a clean stop counts no restart: it would run forever)."""
+    return Script(session_id, [{"op": "slow", "secs": OUTLASTS_AN_INVOCATION}], [], {}, True)
+
+
+def is_interrupted(entry: list[Any]) -> bool:
+    """Whether a log entry is an ``effect`` whose ``pay`` call ended ``interrupted``."""
+    if entry[0] != "effect" or not isinstance(entry[1], dict):
+        return False
+    result = entry[1].get("result")
+    return isinstance(result, list) and result[1] == "interrupted"
 
 
 def expected_log(script: Script) -> list[Any]:
@@ -296,7 +355,7 @@ class _Ids:
         return f"{prefix}{self.n:08d}"
 
 
-def reference_run(script: Script) -> tuple[list[Any], Counter[str]]:
+def reference_run(script: Script) -> tuple[list[Any], Counter[tuple[str, int]]]:
     """Run ``script`` fault-free on SQLite in simulated time: every first value delivered at
     the start (early values are kept), duplicates after; then alarm after alarm on time.
     The final log and the probe's ``pay`` counts."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
@@ -117,7 +118,8 @@ class DynamoDBStore(Retaining):
 
     Safe to share between threads. Throttling and transient failures are retried up to
     ``max_attempts`` times with capped, jittered exponential backoff (``sleep`` is injectable
-    so tests do not wait), then :class:`~bide.engine.errors.StoreUnavailable` is raised. A
+    so tests do not wait; ``retry_rng``, the jitter's :class:`random.Random`, so a test can
+    seed the delays), then :class:`~bide.engine.errors.StoreUnavailable` is raised. A
     :class:`~bide.engine.errors.ConflictError` is never retried here: the caller must reload.
 
     When ``client``/``s3_client`` are not given, clients are created with botocore's own
@@ -140,6 +142,7 @@ class DynamoDBStore(Retaining):
         base_delay: float = 0.05,
         max_delay: float = 2.0,
         sleep: Callable[[float], None] = time.sleep,
+        retry_rng: random.Random | None = None,
     ) -> None:
         if offload_threshold < 0:
             raise ValueError("offload_threshold must be >= 0")
@@ -149,6 +152,7 @@ class DynamoDBStore(Retaining):
             base_delay=base_delay,
             max_delay=max_delay,
             sleep=sleep,
+            rng=retry_rng,
         )
         self.table_name = table_name
         self.bucket = bucket

@@ -58,9 +58,11 @@ TRANSIENT_CANCELLATIONS: Final = frozenset(
 
 class Retrier:
     """Runs calls up to ``max_attempts`` times, sleeping a capped, jittered exponential
-    backoff between attempts (``sleep`` is injectable so tests do not wait). ``label`` names
-    the store in the :class:`~bide.engine.errors.StoreUnavailable` raised at the end.
-    Safe to share between threads."""
+    backoff between attempts. ``sleep`` is injectable so tests do not wait, and ``rng`` (the
+    source of the jitter; a fresh :class:`random.Random` when omitted) so a test can make the
+    delays repeatable. ``label`` names the store in the
+    :class:`~bide.engine.errors.StoreUnavailable` raised at the end. Safe to share between
+    threads."""
 
     def __init__(
         self,
@@ -70,6 +72,7 @@ class Retrier:
         base_delay: float,
         max_delay: float,
         sleep: Callable[[float], None],
+        rng: random.Random | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -78,7 +81,7 @@ class Retrier:
         self._base_delay = base_delay
         self._max_delay = max_delay
         self._sleep = sleep
-        self._rng = random.Random()
+        self._rng = random.Random() if rng is None else rng
 
     def run(self, what: str, call: Callable[[], T]) -> T:
         """Run ``call``, retrying transient failures with backoff; then StoreUnavailable.
