@@ -33,6 +33,10 @@ The figures line counts both.
 
 CI size: 40 sessions; ``BIDE_LONG_PROOF=1`` runs 100 (moto slows as its table grows).
 ``pytest -s`` prints the figures.
+
+Long because: the main run, the killed-at-timeout run and the poison session share the
+step-by-step checks of each `pay` (cut, interrupted, taken over after the lease) and the
+figures line; the kit (twin_proof_kit.py) holds the rest.
 """
 
 from __future__ import annotations

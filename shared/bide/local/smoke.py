@@ -28,6 +28,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+from urllib.parse import urlencode
 
 from ..engine.clock import SystemClock
 from ..service.smoke import ALARM_FIRED, MAX_WAIT_SECONDS, SMOKE_PROMPT, WEBHOOK_DELIVERED
@@ -51,6 +52,8 @@ SMOKE_SIGNAL_NAME = "bide.smoke-ping"
 DEFAULT_TIMEOUT_SECONDS = 600.0
 DEFAULT_ALARM_SECONDS = 60
 DEFAULT_POLL_SECONDS = 5.0
+# A smoke session listens on a handful of webhooks; a listing longer than this is not ours.
+MAX_HOOK_PAGES = 10
 #: How late an alarm may be: Scheduler's one-minute precision, a flexible window of none, a
 #: batch of the worker, and the time to read the answer.
 ALARM_SLACK_SECONDS = 180.0
@@ -145,11 +148,8 @@ class Smoke:
 
     async def _webhook(self) -> str:
         async def minted() -> str | None:
-            found = await self._call(
-                "webhook", "GET", path_of("sessions", self.session_id, "hooks")
-            )
             others = []
-            for hook in found.body.get("webhooks", []):
+            for hook in await self._hooks():
                 if hook.get("signal") == SMOKE_SIGNAL_NAME:
                     return str(hook["url"])
                 others.append(f"{hook.get('tool') or 'a task'} ({hook.get('signal')})")
@@ -162,6 +162,22 @@ class Smoke:
 
         self.hook_url = await self._until("webhook", minted, "no webhook was minted")
         return "webhook minted"
+
+    async def _hooks(self) -> list[dict[str, Any]]:
+        """Every webhook the session listens on: ``GET /sessions/{id}/hooks`` is paged
+        (``items``, ``next``, ``more``); follow the pages (a smoke session has a handful)."""
+        hooks: list[dict[str, Any]] = []
+        path = path_of("sessions", self.session_id, "hooks")
+        for _ in range(MAX_HOOK_PAGES):
+            found = await self._call("webhook", "GET", path)
+            hooks += [h for h in found.body.get("items", []) if isinstance(h, dict)]
+            cursor = found.body.get("next")
+            if not found.body.get("more") or not cursor:
+                break
+            path = (
+                path_of("sessions", self.session_id, "hooks") + "?" + urlencode({"cursor": cursor})
+            )
+        return hooks
 
     async def _post(self) -> str:
         self.ping = secrets.token_hex(8)
