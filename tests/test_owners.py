@@ -68,6 +68,7 @@ SESSION_ROUTES: dict[str, tuple[str, str, Any]] = {
         None,
     ),
     "GET /sessions/{session_id}/workflow": ("GET", "/sessions/{sid}/workflow", None),
+    "GET /sessions/{session_id}/workflow/{name}": ("GET", "/sessions/{sid}/workflow/tasks", None),
     "POST /sessions/{session_id}/asks/{ask_id}/answer": (
         "POST",
         "/sessions/{sid}/asks/a-1/answer",

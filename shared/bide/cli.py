@@ -266,12 +266,10 @@ def cmd_show(args: argparse.Namespace) -> None:
 
 
 def _workflow_view(args: argparse.Namespace) -> dict[str, Any]:
-    # Pending asks and sign-ins live beside the session view (GET /sessions/{id}/workflow)
-    # on servers that have workflow tools; a server without that route simply has none.
-    found = _client(args).request("GET", path_of("sessions", args.session, "workflow"))
-    if not found.ok or not isinstance(found.body, dict):
-        return {}
-    return {k: found.body[k] for k in ("asks", "approvals", "authorizations") if k in found.body}
+    # Pending asks and sign-ins live beside the session view (GET /sessions/{id}/workflow,
+    # every page) on servers that have workflow tools; a server without that route has none.
+    found = api.workflow_view(_client(args), args.session)  # api.PageRefused: exit 1
+    return {k: found[k] for k in ("asks", "approvals", "authorizations") if k in found}
 
 
 def read_value(text: str, stdin: TextIO | None = None) -> Any:

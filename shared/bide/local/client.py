@@ -266,6 +266,28 @@ def session_view(client: ApiClient, session_id: str, *, tail: int) -> dict[str, 
     return view
 
 
+#: The lists of ``GET /sessions/{id}/workflow``, each continued on ``.../workflow/<list>``.
+WORKFLOW_LISTS: tuple[str, ...] = ("asks", "authorizations", "tasks", "approvals", "nondeterminism")
+
+
+def workflow_view(client: ApiClient, session_id: str) -> dict[str, Any]:
+    """``GET /sessions/{id}/workflow`` with every page of each of its lists (up to
+    :data:`VIEW_ITEMS_CAP` each); empty when the server has no such route (a server without
+    workflow tools). Raises :class:`PageRefused` when a later page is refused."""
+    base = path_of("sessions", session_id, "workflow")
+    response = client.request("GET", base)
+    if not response.ok or not isinstance(response.body, dict):
+        return {}
+    view = dict(response.body)
+    for name in WORKFLOW_LISTS:
+        cursor = view.get(f"{name}_next")
+        if view.get(f"{name}_more") and cursor:
+            pages = read_pages(client, f"{base}/{name}", cursor=cursor, cap=VIEW_ITEMS_CAP)
+            view[name] = list(view.get(name) or []) + [i for p in pages for i in p["items"]]
+            view[f"{name}_more"] = False
+    return view
+
+
 def list_sessions(client: ApiClient, *, limit: int, every: bool) -> Iterator[dict[str, Any]]:
     """The caller's sessions, newest first: one page of ``limit``, or ``every`` page."""
     for page in read_pages(client, "/sessions", limit=limit):

@@ -20,7 +20,15 @@ from typing import Any
 
 from ..engine.clock import Clock
 from ..engine.errors import BideError
-from .client import ApiClient, ApiResponse, PageRefused, follow_list, path_of, session_view
+from .client import (
+    ApiClient,
+    ApiResponse,
+    PageRefused,
+    follow_list,
+    path_of,
+    session_view,
+    workflow_view,
+)
 from .render import ask_line, call_text, entry_line, task_line, when
 
 # What a task line is drawn from: a change to any of these is a change worth a line.
@@ -66,10 +74,9 @@ def read_snapshot(
             entries, cursor = follow_list(client, path + "/transcript", None, from_entry=start)
         else:
             entries, cursor = follow_list(client, path + "/transcript", previous.cursor)
+        found = workflow_view(client, session_id)
     except PageRefused as exc:
         raise WatchRefused(exc.response, exc.path) from None
-    workflow = client.request("GET", path + "/workflow")
-    found = workflow.body if workflow.ok and isinstance(workflow.body, dict) else {}
     return Snapshot(view, found, entries, cursor)
 
 

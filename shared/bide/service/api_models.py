@@ -227,22 +227,47 @@ class Delivery(BaseModel):
 
 
 class WorkflowView(BaseModel):
-    """``GET /sessions/{session_id}/workflow``: open questions, sign-ins, background tasks,
-    pending approvals and runs that failed on non-determinism."""
+    """``GET /sessions/{session_id}/workflow``: a bounded view with the first page of the open
+    questions, sign-ins, background tasks, pending approvals and runs that failed on
+    non-determinism (each oldest first); each ``<list>_next`` cursor continues its list on
+    ``GET /sessions/{session_id}/workflow/<list>`` while ``<list>_more`` is true."""
 
-    asks: list[dict[str, Any]]
-    authorizations: list[dict[str, Any]]
-    tasks: list[dict[str, Any]]
+    session_id: str
+    asks: list[dict[str, Any]] = Field(description="the first page of open questions")
+    asks_next: str | None = None
+    asks_more: bool = False
+    authorizations: list[dict[str, Any]] = Field(description="the first page of open sign-ins")
+    authorizations_next: str | None = None
+    authorizations_more: bool = False
+    tasks: list[dict[str, Any]] = Field(description="the first page of the background tasks")
+    tasks_next: str | None = None
+    tasks_more: bool = False
     approvals: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="approvals waiting for a decision (bide.approvals), with the arguments "
-        "of the call they would let run",
+        description="the first page of approvals waiting for a decision (bide.approvals), "
+        "with the arguments of the call they would let run",
     )
+    approvals_next: str | None = None
+    approvals_more: bool = False
     nondeterminism: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="workflow runs that failed because their body no longer replays its "
-        "recorded history (task_id, tool, position, reason, message, detected_at)",
+        description="the first page of workflow runs that failed because their body no "
+        "longer replays its recorded history (task_id, tool, position, reason, message, "
+        "detected_at)",
     )
+    nondeterminism_next: str | None = None
+    nondeterminism_more: bool = False
+
+
+class WorkflowPage(_PageFields):
+    """``GET /sessions/{session_id}/workflow/{list}``: a page of one list of the workflow
+    view, oldest first (an item over the page byte bound is an ``omitted`` stub)."""
+
+    session_id: str
+    name: str = Field(
+        description="which list: asks, authorizations, tasks, approvals or nondeterminism"
+    )
+    items: list[dict[str, Any]]
 
 
 class DecideApproval(BaseModel):

@@ -48,6 +48,7 @@ from .api_models import (
     TasksPage,
     TranscriptPage,
     ValidationErrorBody,
+    WorkflowPage,
     WorkflowView,
 )
 from .deps import Deps
@@ -75,6 +76,9 @@ from .sessions import (
 )
 from .transport import BUSY_ERROR, RETRY_AFTER, require
 
+#: The names ``GET /sessions/{session_id}/workflow/{name}`` takes.
+WORKFLOW_LIST_PATTERN = "^(" + "|".join(workflow_service.WORKFLOW_LISTS) + ")$"
+
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
     from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
@@ -92,6 +96,7 @@ API_ROUTES: tuple[str, ...] = (
     "POST /sessions/{session_id}/stop",
     "POST /sessions/{session_id}/tasks/{task_id}/cancel",
     "GET /sessions/{session_id}/workflow",
+    "GET /sessions/{session_id}/workflow/{name}",
     "POST /sessions/{session_id}/asks/{ask_id}/answer",
     "POST /sessions/{session_id}/authorizations/{request_id}/complete",
     "POST /sessions/{session_id}/approvals/{approval_id}/decide",
@@ -329,12 +334,33 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
     @app.get(
         "/sessions/<session_id>/workflow",
         summary="Read open questions, sign-ins and background tasks",
-        description="What a UI shows beside the transcript for workflow tools.",
+        description="What a UI shows beside the transcript for workflow tools: the first "
+        "page of each list, each with the cursor that continues it on .../workflow/{name}.",
         responses=_responses((200, "the workflow view", WorkflowView), 403, 404, 422, 503),
     )
     async def workflow(session_id: SessionId) -> Response[Any]:
         found = await workflow_service.view(existing(session_id), session_id)
         return model_response(200, WorkflowView.model_validate(found))
+
+    @app.get(
+        "/sessions/<session_id>/workflow/<name>",
+        summary="Read one list of the workflow view by page",
+        description="Open questions (asks), sign-ins (authorizations), background tasks "
+        "(tasks), pending approvals (approvals) or non-determinism failures (nondeterminism), "
+        "oldest first, after `cursor`.",
+        responses=_responses((200, "a page of the list", WorkflowPage), 400, 403, 404, 422, 503),
+    )
+    async def workflow_list(
+        session_id: SessionId,
+        name: Annotated[str, Path(pattern=WORKFLOW_LIST_PATTERN, description="which list")],
+        cursor: Cursor = None,
+        limit: Limit = DEFAULT_PAGE_LIMIT,
+    ) -> Response[Any]:
+        page = await workflow_service.workflow_page(
+            existing(session_id), session_id, name, cursor=cursor, limit=limit
+        )
+        body = {"session_id": session_id, "name": name, **page.as_dict()}
+        return model_response(200, WorkflowPage.model_validate(body))
 
     @app.post(
         "/sessions/<session_id>/asks/<ask_id>/answer",

@@ -13,8 +13,11 @@ HTTP routes they are meant for (wired by ``bide.service.http``):
   OAuth callback, after exchanging its code) -> :func:`complete_authorization`
 * ``POST /sessions/{id}/tasks/{task_id}/cancel`` -> :func:`cancel_background`
 * ``POST /sessions/{id}/end`` -> :func:`end_session`
-* ``GET /sessions/{id}/workflow`` -> :func:`view` (questions, sign-ins, the task index and
-  pending approvals)
+* ``GET /sessions/{id}/workflow`` -> :func:`view` (the first page of the questions, sign-ins,
+  the task index, pending approvals and non-determinism failures, each with the cursor that
+  continues it)
+* ``GET /sessions/{id}/workflow/{list}?cursor=&limit=`` -> :func:`workflow_page` (one of those
+  lists by page; the pages and cursors of :mod:`bide.service.pages`)
 * ``POST /sessions/{id}/approvals/{approval_id}/decide`` ``{approved, by?, note?}`` ->
   :func:`decide_approval` (approvals of :func:`bide.approvals.approval_required` tools)
 * webhook requests keep using ``POST /hooks/{token}`` (stream keys: :mod:`bide.engine.delivery`)
@@ -27,10 +30,19 @@ from typing import Any
 from ..approvals import Approvals, DecideResult
 from ..engine.harness import Harness
 from ..engine.signals import SignalResult
-from ..workflow.host import complete_authorization_in, view_in
+from ..workflow.host import VIEW_LISTS, complete_authorization_in, view_lists
 from ..workflow.index import cancel_background_in, end_session_in
 from ..workflow.requests import answer_in
 from .deps import Deps
+from .pages import MAX_PAGE_BYTES, BadCursor, Page, build_page, decode_cursor
+
+#: The lists of the workflow view, each served by page.
+WORKFLOW_LISTS: tuple[str, ...] = (*VIEW_LISTS, "approvals")
+#: How many items of each list the view holds, and its byte bound per list: five lists of
+#: 1 MiB stay well under Lambda's 6 MB response payload limit
+#: (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+VIEW_LIMIT = 50
+VIEW_BYTES = MAX_PAGE_BYTES
 
 
 async def _attach(deps: Deps, session_id: str) -> Harness:
@@ -123,15 +135,81 @@ async def decide_approval(
 def pending_approvals(harness: Harness) -> list[dict[str, Any]]:
     """The approvals waiting for a decision, oldest first, each with the arguments of the
     call it would let run (what a person decides on)."""
+    return [item for _, item in _approvals(harness)]
+
+
+def _approvals(harness: Harness) -> list[tuple[list[Any], dict[str, Any]]]:
     found = []
     for approval in sorted(Approvals(harness).pending(), key=lambda a: (a.requested_at, a.id)):
         bound = harness.get_doc(approval.arguments_ref)
         arguments = bound.get("arguments") if isinstance(bound, dict) else None
-        found.append({**approval.model_dump(mode="json"), "arguments": arguments})
+        item = {**approval.model_dump(mode="json"), "arguments": arguments}
+        found.append(([approval.requested_at, approval.id], item))
     return found
 
 
-async def view(deps: Deps, session_id: str) -> dict[str, Any]:
-    """:func:`~bide.workflow.view_in` as a service, with the pending approvals."""
+def _lists(harness: Harness) -> dict[str, list[tuple[list[Any], dict[str, Any]]]]:
+    return {**view_lists(harness), "approvals": _approvals(harness)}
+
+
+def _page(
+    pairs: list[tuple[list[Any], dict[str, Any]]],
+    session_id: str,
+    name: str,
+    cursor: str | None,
+    limit: int,
+    bound: int,
+) -> Page:
+    # The cursor holds the last item's [time, id]; items sort by it (oldest first), and a
+    # later item never sorts before an earlier one, so each item is read once.
+    after = decode_cursor(cursor, session=session_id, kind=f"workflow.{name}")
+    if after is not None and not (
+        isinstance(after, list)
+        and len(after) == 2
+        and isinstance(after[0], int | float)
+        and not isinstance(after[0], bool)
+        and isinstance(after[1], str)
+    ):
+        raise BadCursor("cursor", f"not a position in the {name} list")
+    start = (float(after[0]), after[1]) if after is not None else None
+    chosen = [p for p in pairs if start is None or (float(p[0][0]), p[0][1]) > start]
+    return build_page(
+        chosen[: limit + 1],
+        limit=limit,
+        session=session_id,
+        kind=f"workflow.{name}",
+        start=after,
+        byte_bound=bound,
+    )
+
+
+async def workflow_page(
+    deps: Deps,
+    session_id: str,
+    name: str,
+    *,
+    cursor: str | None,
+    limit: int,
+    bound: int = MAX_PAGE_BYTES,
+) -> Page:
+    """One page of the workflow view's list ``name`` (one of :data:`WORKFLOW_LISTS`), oldest
+    first, after ``cursor``. Raises :class:`~bide.service.pages.BadCursor` (field ``list``)
+    for another name."""
+    if name not in WORKFLOW_LISTS:
+        raise BadCursor("list", f"not one of {', '.join(WORKFLOW_LISTS)}")
     harness = await _attach(deps, session_id)
-    return {**view_in(harness), "approvals": pending_approvals(harness)}
+    return _page(_lists(harness)[name], session_id, name, cursor, limit, bound)
+
+
+async def view(deps: Deps, session_id: str) -> dict[str, Any]:
+    """The workflow view, bounded: the first page of each of :data:`WORKFLOW_LISTS`, each
+    with ``<list>_next`` (the cursor that continues it on ``GET .../workflow/<list>``) and
+    ``<list>_more``, as the session view serves its lists."""
+    harness = await _attach(deps, session_id)
+    found: dict[str, Any] = {"session_id": session_id}
+    for name, pairs in _lists(harness).items():
+        page = _page(pairs, session_id, name, None, VIEW_LIMIT, VIEW_BYTES)
+        found[name] = page.items
+        found[f"{name}_next"] = page.next
+        found[f"{name}_more"] = page.more
+    return found

@@ -38,17 +38,34 @@ async def complete_authorization_in(harness: Harness, request_id: str, token: st
     return complete_in(harness, request_id)
 
 
+#: The lists of the workflow view, in the order the view shows them.
+VIEW_LISTS: tuple[str, ...] = ("asks", "authorizations", "tasks", "nondeterminism")
+
+
+def view_lists(harness: Harness) -> dict[str, list[tuple[list[Any], dict[str, Any]]]]:
+    """Each list of :func:`view_in` as ``([time, id], item)`` pairs in that order (oldest
+    first): the position is what a page cursor holds (:mod:`bide.service.workflow`). An item
+    added later never sorts before one already there (its time is later), so a cursor kept
+    after the last item reads only what was added since."""
+    asks = pending_asks(harness)
+    auths = pending_authorizations(harness)
+    tasks = background_tasks(harness)
+    found = [d.body for d in harness.list_docs(NONDETERMINISM_PREFIX)]
+    failed = sorted(found, key=lambda d: (d.get("detected_at", 0.0), d["task_id"]))
+    return {
+        "asks": [([a.created_at, a.id], a.model_dump(mode="json")) for a in asks],
+        "authorizations": [([a.created_at, a.id], a.model_dump(mode="json")) for a in auths],
+        "tasks": [([t.created_at, t.id], t.model_dump(mode="json")) for t in tasks],
+        "nondeterminism": [([d.get("detected_at", 0.0), d["task_id"]], d) for d in failed],
+    }
+
+
 def view_in(harness: Harness) -> dict[str, Any]:
     """What a UI shows beside the transcript: open questions, open sign-ins, the task index,
     and every run that failed because its body no longer replays its history (oldest
-    first: fix or roll back the deploy that changed the body)."""
-    found = [d.body for d in harness.list_docs(NONDETERMINISM_PREFIX)]
-    return {
-        "asks": [a.model_dump(mode="json") for a in pending_asks(harness)],
-        "authorizations": [a.model_dump(mode="json") for a in pending_authorizations(harness)],
-        "tasks": [t.model_dump(mode="json") for t in background_tasks(harness)],
-        "nondeterminism": sorted(found, key=lambda d: (d.get("detected_at", 0.0), d["task_id"])),
-    }
+    first: fix or roll back the deploy that changed the body). Whole lists, for in-process
+    hosts; the HTTP route serves them by page (:mod:`bide.service.workflow`)."""
+    return {name: [item for _, item in pairs] for name, pairs in view_lists(harness).items()}
 
 
 def post_webhook(harness: Harness, url: str, body: Any) -> SignalResult:

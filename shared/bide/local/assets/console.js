@@ -647,11 +647,31 @@ function drawTranscript(data) {
   );
 }
 
+// The workflow view holds the first page of each list: read the rest of the lists the page
+// draws (questions, approvals, sign-ins) from GET .../workflow/<list>, page by page.
+async function workflowView(base) {
+  const found = await call("GET", base + "/workflow");
+  if (!found.ok || !found.data) return found;
+  for (const name of ["asks", "approvals", "authorizations"]) {
+    let cursor = found.data[name + "_next"];
+    let more = found.data[name + "_more"];
+    for (let pages = 0; more && cursor && pages < 20; pages++) {
+      const query = "?limit=500&cursor=" + encodeURIComponent(cursor);
+      const page = await call("GET", `${base}/workflow/${name}${query}`);
+      if (!page.ok) break;
+      found.data[name] = [...(found.data[name] || []), ...page.data.items];
+      cursor = page.data.next || cursor;
+      more = page.data.more;
+    }
+  }
+  return found;
+}
+
 async function loadSession(sessionId) {
   const base = `/sessions/${seg(sessionId)}`;
   const [view, workflow, local] = await Promise.all([
     call("GET", base),
-    call("GET", base + "/workflow"),
+    workflowView(base),
     call("GET", `/_local/sessions/${seg(sessionId)}`),
   ]);
   if (sessionId !== state.selected) return;
