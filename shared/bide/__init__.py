@@ -26,8 +26,7 @@ Each name is imported from its module on first use, so ``import bide`` (and so e
 ``bide.<subpackage>`` import) loads nothing but this file.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .app import App
@@ -157,17 +156,9 @@ _EXPORTS: dict[str, str] = {
 
 
 if not TYPE_CHECKING:  # mypy checks names against the imports above
+    from ._lazy import lazy_exports
 
-    def __getattr__(name: str) -> Any:
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module 'bide' has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value  # found directly from now on
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_EXPORTS})
+    __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 
 __all__ = [

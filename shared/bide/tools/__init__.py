@@ -1,8 +1,7 @@
 """Tools that park: ``define_tool``, the tool task, gates and wrappers (design 001 ch. V-VIII),
 and :func:`mint_webhook`, a capability URL that delivers its body to the calling tool."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .api import KeyRequired, NestedToolCall, ToolExecutionApi, result_of
@@ -45,17 +44,9 @@ _EXPORTS: dict[str, str] = {
 
 
 if not TYPE_CHECKING:  # mypy checks names against the imports above
+    from .._lazy import lazy_exports
 
-    def __getattr__(name: str) -> Any:
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value  # found directly from now on
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_EXPORTS})
+    __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 
 __all__ = [
