@@ -8,10 +8,14 @@ steps and records what it saw, so the state machine can compare the engine with 
 from __future__ import annotations
 
 import asyncio
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import event
+from hypothesis import HealthCheck, event, settings
 from pydantic import BaseModel, ConfigDict
 
 from bide import (
@@ -403,3 +407,34 @@ class Model:
         for t in self.live():
             if t.status == "running" and self.expired(t, now):
                 self.recover(t)
+
+
+# --- running a machine ---------------------------------------------------------------------------
+
+LONG = os.environ.get("BIDE_LONG_PROOF") == "1"
+
+
+def machine_settings(*, examples: int, long_examples: int, steps: int, long_steps: int) -> settings:
+    """Hypothesis settings of a model-based machine: the CI size, or the long run under
+    ``BIDE_LONG_PROOF=1``; derandomized when ``CI`` is set (a CI run is repeatable)."""
+    return settings(
+        max_examples=long_examples if LONG else examples,
+        stateful_step_count=long_steps if LONG else steps,
+        deadline=None,
+        derandomize=bool(os.environ.get("CI")),
+        suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+    )
+
+
+def checked_report(label: str, tally: Counter[str]) -> Callable[[], Iterator[None]]:
+    """The body of a module fixture that prints how much a machine checked (``pytest -s``)."""
+
+    def report() -> Iterator[None]:
+        started = time.perf_counter()
+        yield
+        print(
+            f"\n{label}: {tally['examples']} examples, {tally['steps']} checked steps, "
+            f"{time.perf_counter() - started:.1f}s"
+        )
+
+    return report

@@ -55,14 +55,11 @@ are one proof; split, a reader could not check each rule's steps against what is
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from model_kit import (
@@ -78,6 +75,8 @@ from model_kit import (
     Model,
     MTask,
     Trap,
+    checked_report,
+    machine_settings,
     make_kind,
     new_keys,
 )
@@ -99,9 +98,6 @@ from bide import (
     deliver_signal,
 )
 from bide.engine.slots import task_prefix, task_slots
-
-LONG = os.environ.get("BIDE_LONG_PROOF") == "1"
-
 
 # --- the state machine ----------------------------------------------------------------------
 
@@ -574,22 +570,10 @@ class EngineMachine(StopsMidPhase, RuleBasedStateMachine):
 TALLY: Counter[str] = Counter()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def report() -> Iterator[None]:
-    """Print how much was checked (``pytest -s`` shows it)."""
-    started = time.perf_counter()
-    yield
-    print(
-        f"\nmodel-based: {TALLY['examples']} examples, {TALLY['steps']} checked steps, "
-        f"{time.perf_counter() - started:.1f}s"
-    )
+report = pytest.fixture(scope="module", autouse=True)(checked_report("model-based", TALLY))
 
 
 TestEngineModel = EngineMachine.TestCase
-TestEngineModel.settings = settings(
-    max_examples=20_000 if LONG else 2_000,
-    stateful_step_count=40 if LONG else 30,
-    deadline=None,
-    derandomize=bool(os.environ.get("CI")),
-    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+TestEngineModel.settings = machine_settings(
+    examples=2_000, long_examples=20_000, steps=30, long_steps=40
 )

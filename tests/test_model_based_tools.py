@@ -36,14 +36,11 @@ The default run is CI-sized (300 examples); ``BIDE_LONG_PROOF=1`` runs 3,000 lon
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from model_family_kit import (
@@ -56,12 +53,11 @@ from model_family_kit import (
     reference_log,
     summary,
 )
-from model_kit import LEASE, RESTART_LIMIT, Trap
+from model_kit import LEASE, RESTART_LIMIT, Trap, checked_report, machine_settings
 
 from bide import Harness, ManualClock, SequentialIds, SQLiteStore, Wake
 from bide.engine.store import StoreWrapper
 
-LONG = os.environ.get("BIDE_LONG_PROOF") == "1"
 SESSION = "s-family"
 
 children = st.lists(
@@ -447,22 +443,12 @@ class FamilyMachine(RuleBasedStateMachine):
 TALLY: Counter[str] = Counter()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def report() -> Iterator[None]:
-    """Print how much was checked (``pytest -s`` shows it)."""
-    started = time.perf_counter()
-    yield
-    print(
-        f"\nmodel-based (waits, children, tools): {TALLY['examples']} examples, "
-        f"{TALLY['steps']} checked steps, {time.perf_counter() - started:.1f}s"
-    )
+report = pytest.fixture(scope="module", autouse=True)(
+    checked_report("model-based (waits, children, tools)", TALLY)
+)
 
 
 TestFamilyModel = FamilyMachine.TestCase
-TestFamilyModel.settings = settings(
-    max_examples=3_000 if LONG else 300,
-    stateful_step_count=40 if LONG else 25,
-    deadline=None,
-    derandomize=bool(os.environ.get("CI")),
-    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+TestFamilyModel.settings = machine_settings(
+    examples=300, long_examples=3_000, steps=25, long_steps=40
 )
