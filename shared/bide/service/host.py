@@ -30,10 +30,10 @@ from typing import Any, Literal
 from ..bindings import BindingSet
 from ..bindings.declaration import WorkflowBinding
 from ..engine.events import EVENT_PREFIX
-from ..engine.harness import Harness
 from ..engine.host import host_commit
 from ..promises import Promises, ResolveResult
 from ..tools.define import tool_owners
+from .attach import attach as _attach
 from .deps import Deps
 from .pages import MAX_PAGE_BYTES, BadCursor, Page, build_page, decode_cursor
 
@@ -115,19 +115,6 @@ async def long_poll(
 
 
 # --- actions -----------------------------------------------------------------------------------
-
-
-async def _attach(deps: Deps, session_id: str) -> Harness:
-    harness = Harness(
-        deps.store,
-        session_id,
-        deps.app.task_kinds(),
-        clock=deps.clock,
-        ids=deps.ids,
-        services=deps.harness_services(),
-    )
-    await harness.attach()
-    return harness
 
 
 async def settle_promise(

@@ -20,6 +20,7 @@ from ..engine.harness import Harness
 from ..engine.records import TaskRecord
 from ..engine.state import Sleeping, Waiting
 from . import owners
+from .attach import attach
 from .deps import Deps
 from .hooks import Position, webhooks_after
 from .pages import MAX_PAGE_BYTES, BadCursor, Page, build_page, decode_cursor
@@ -34,15 +35,7 @@ class SessionNotFound(BideError):
 async def _attach(deps: Deps, session_id: str) -> tuple[Harness, Conversations]:
     if deps.app.agent is None:
         raise BideError("this app has no agent: sessions need App(agent=...)")
-    harness = Harness(
-        deps.store,
-        session_id,
-        deps.app.task_kinds(),
-        clock=deps.clock,
-        ids=deps.ids,
-        services=deps.harness_services(),
-    )
-    await harness.attach()
+    harness = await attach(deps, session_id)
     return harness, Conversations(harness, deps.app.agent)
 
 

@@ -33,6 +33,7 @@ from ..engine.signals import SignalResult
 from ..workflow.host import VIEW_LISTS, complete_authorization_in, view_lists
 from ..workflow.index import cancel_background_in, end_session_in
 from ..workflow.requests import answer_in
+from .attach import attach as _attach
 from .deps import Deps
 from .pages import MAX_PAGE_BYTES, BadCursor, Page, build_page, decode_cursor
 
@@ -43,19 +44,6 @@ WORKFLOW_LISTS: tuple[str, ...] = (*VIEW_LISTS, "approvals")
 #: (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
 VIEW_LIMIT = 50
 VIEW_BYTES = MAX_PAGE_BYTES
-
-
-async def _attach(deps: Deps, session_id: str) -> Harness:
-    harness = Harness(
-        deps.store,
-        session_id,
-        deps.app.task_kinds(),
-        clock=deps.clock,
-        ids=deps.ids,
-        services=deps.harness_services(),
-    )
-    await harness.attach()
-    return harness
 
 
 def _woken(deps: Deps, session_id: str, result: SignalResult, why: str) -> SignalResult:
