@@ -150,10 +150,12 @@ class Ledger:
         expected_seq: int,
         writes: Sequence[TaskRecord],
         docs: Sequence[Doc] = (),
+        *,
+        absent: Sequence[str] = (),
     ) -> int:
         """Commit through the inner store and record what landed."""
         try:
-            seq = self.inner.commit(session_id, expected_seq, writes, docs)
+            seq = self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
         except ConflictError:
             with self._lock:
                 self.conflicts += 1

@@ -79,9 +79,11 @@ class Ledger(StoreWrapper):
         super().__init__(inner)
         self.written: set[str] = set()
 
-    def commit(self, session_id: str, expected_seq: int, writes: Any, docs: Any = ()) -> int:
+    def commit(
+        self, session_id: str, expected_seq: int, writes: Any, docs: Any = (), *, absent: Any = ()
+    ) -> int:
         """Commit, then note the ids written."""
-        seq = self.inner.commit(session_id, expected_seq, writes, docs)
+        seq = self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
         self.written.update(r.id for r in writes)
         return seq
 

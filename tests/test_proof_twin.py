@@ -114,9 +114,11 @@ class TakeoverWatch(StoreWrapper):
         self.clock = clock
         self.takeovers: dict[tuple[str, int], float] = {}  # (session, step) -> when
 
-    def commit(self, session_id: str, expected_seq: int, writes: Any, docs: Any = ()) -> int:
+    def commit(
+        self, session_id: str, expected_seq: int, writes: Any, docs: Any = (), *, absent: Any = ()
+    ) -> int:
         """Commit; then note the tool tasks written with a restart."""
-        seq = self.inner.commit(session_id, expected_seq, writes, docs)
+        seq = self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
         for record in writes:
             if record.kind == TOOL_KIND and record.restarts > 0:
                 step = record.input["arguments"]["step"]
