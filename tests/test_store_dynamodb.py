@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.register_assert_rewrite("store_contract", "aws_fixtures", "dynamodb_checks")
+pytest.register_assert_rewrite(
+    "store_contract", "store_contract_absent", "aws_fixtures", "dynamodb_checks"
+)
 
 from aws_fixtures import AwsBench, aws_bench  # noqa: E402
 from dynamodb_checks import DynamoDBAdapterChecks  # noqa: E402
