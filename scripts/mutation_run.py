@@ -203,7 +203,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="sleep-absent-check-sqlite",
         path="shared/bide/engine/store/sqlite.py",
-        find="                if found:\n                    raise DocumentExists(session_id, found)\n",
+        find=(
+            "                if found:\n"
+            "                    raise DocumentExists(session_id, found)\n"
+        ),
         replace="",
         tests=("tests/test_store_sqlite.py",),
         what="a SQLite commit ignores the documents it requires absent",

@@ -72,7 +72,9 @@ class Watch(StoreWrapper):
         self.refused: list[dict[str, Any]] = []
         self.read: list[str] = []
 
-    def commit(self, session_id, expected_seq, writes, docs=(), *, absent=()):  # type: ignore[no-untyped-def]
+    def commit(
+        self, session_id: str, expected_seq: int, writes: Any, docs: Any = (), *, absent: Any = ()
+    ) -> int:
         self.required.append(list(absent))
         try:
             return super().commit(session_id, expected_seq, writes, docs, absent=absent)
@@ -80,7 +82,7 @@ class Watch(StoreWrapper):
             self.refused.append(exc.found)
             raise
 
-    def get_doc(self, session_id, key):  # type: ignore[no-untyped-def]
+    def get_doc(self, session_id: str, key: str) -> Any:
         self.read.append(key)
         return super().get_doc(session_id, key)
 
