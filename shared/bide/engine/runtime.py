@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from . import slots
 from .errors import InvalidTransition, InvocationEnded
+from .failures import SignalFailed
 from .host import HostTx
 from .ids import keyed_id
 from .kernel import Draft, Kernel, require_json
@@ -113,8 +114,9 @@ class Runtime:
         return self._h._apply(write)
 
     async def read_signal(self, token: SignalToken[T], key: str) -> SignalState[T] | None:
-        """The key's value, expired, or None: from the record in memory, or for a consumed or
-        expired key from its document (cached once read or written by this harness)."""
+        """The key's value, failure (:class:`SignalFailed`), expired, or None: from the record
+        in memory, or for a consumed or expired key from its document (cached once read or
+        written by this harness)."""
         record = self._h._live.get(self._task_id)
         if record is None:
             return None
@@ -122,6 +124,8 @@ class Runtime:
         slot = record.signals.get(name) or slots.lookup(self._h.get_doc, self._task_id)(name)
         if slot is None:
             return None
+        if slot.failure is not None:
+            return SignalFailed(**slot.failure)
         if slot.has_value:
             return SignalValue(token.load(slot.value, slot.version or token.version))
         if slot.expired:
