@@ -56,6 +56,7 @@ from .context import StepContext, TaskHandle, WorkflowContext
 from .define import define_background_tool, define_workflow_tool, result_of_value
 from .errors import (
     Cancelled,
+    FailureReceived,
     FatalError,
     NonDeterminism,
     StepFailed,
@@ -93,6 +94,7 @@ __all__ = [
     "AuthorizationRequest",
     "BackgroundTaskInfo",
     "Cancelled",
+    "FailureReceived",
     "FatalError",
     "InMemoryAuthProviders",
     "InputRequest",

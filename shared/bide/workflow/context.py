@@ -32,7 +32,14 @@ from ..tools.redaction import SECRETS, scrub
 from ..tools.redaction import register as register_secret
 from ..tools.results import Sleep
 from .auth import providers_of, resolved
-from .errors import AuthorizationRequired, Cancelled, NonDeterminism, WorkflowError, _Suspend
+from .errors import (
+    AuthorizationRequired,
+    Cancelled,
+    FailureReceived,
+    NonDeterminism,
+    WorkflowError,
+    _Suspend,
+)
 from .history import WAKE, has_history, memos, op_memo, result_memo, seq_key
 from .nondeterminism import fewer_operations, report_nondeterminism
 from .ops import (
@@ -503,6 +510,8 @@ class Errored:
 
     error: str
     nondeterminism: dict[str, Any] | None = None
+    failure: FailureReceived | None = None
+    """Set when the body let a received failure escape: the call ends failed with it."""
 
 
 @dataclass(frozen=True)
@@ -560,7 +569,8 @@ async def run_body(
     if cancelling:
         return Unwound(None if failure is None else scrub(f"{type(failure).__name__}: {failure}"))
     if failure is not None:
-        return Errored(scrub(f"{type(failure).__name__}: {failure}"))
+        received = failure if isinstance(failure, FailureReceived) else None
+        return Errored(scrub(f"{type(failure).__name__}: {failure}"), failure=received)
     return Finished(value)
 
 

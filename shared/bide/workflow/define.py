@@ -184,6 +184,8 @@ def _replayed(name: str) -> tuple[Any, Any]:
         if isinstance(outcome, Finished):
             return result_of_value(outcome.value)
         assert isinstance(outcome, Errored)
+        if outcome.failure is not None:  # uncaught: the call ends failed with it
+            raise outcome.failure
         details = (
             None if outcome.nondeterminism is None else {"nondeterminism": outcome.nondeterminism}
         )
