@@ -49,9 +49,12 @@ def tools(ci: FakeCi) -> ToolRegistry:
     async def verify(args: VerifyArgs, ctx: Any) -> dict[str, Any]:
         for attempt in (1, 2):
             hook = await ctx.webhook()  # one URL per build: a CI's resent POST reaches its own
-            build = await ctx.step(
-                lambda s: ci.start(args.ref, hook.url, s.idempotency_key), name=f"build-{attempt}"
-            )
+            url = hook.url
+
+            def start(step: Any, url: str = url) -> str:
+                return ci.start(args.ref, url, step.idempotency_key)
+
+            build = await ctx.step(start, name=f"build-{attempt}")
             try:
                 report = await hook  # a value, or FailureReceived for a posted failure
                 return {"build": build, "status": report["status"], "attempts": attempt}
