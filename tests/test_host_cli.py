@@ -145,6 +145,28 @@ def test_resolve_and_reject_end_promises_from_the_cli(console, capsys) -> None:
         ("p-2", "rejected"),
     ]
     assert settled[0]["value"] == {"ok": True}
+    assert settled[1]["error_type"] == "Rejected"  # a bare message: the default type
+
+
+def test_reject_from_the_cli_takes_a_type_and_data(console, capsys) -> None:
+    from examples.console_app import build_app as console_app
+
+    sid, _ = started(console, "hello")
+
+    async def create() -> None:
+        store = SQLiteStore(console.stack.db_path)
+        harness = Harness(store, sid, console_app().task_kinds())
+        await harness.attach()
+        await Promises(harness).create("p-typed")
+        store.close()
+
+    asyncio.run(create())
+    args = ("reject", sid, "p-typed", "render died", "--type", "OutOfMemory")
+    code, out, _ = bide(capsys, console.url, *args, "--data", '{"frame": 812}')
+    assert (code, out.strip()) == (0, "settled")
+    code, out, _ = bide(capsys, console.url, "--json", "events", sid)
+    [event] = [json.loads(line) for line in out.splitlines() if "p-typed" in line]
+    assert (event["error"], event["error_type"]) == ("render died", "OutOfMemory")
 
 
 def test_promise_and_reply_commands_say_what_was_not_taken(console, capsys) -> None:

@@ -49,6 +49,8 @@ def add_parsers(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
     reject.add_argument("session")
     reject.add_argument("promise")
     reject.add_argument("error", help="why it failed")
+    reject.add_argument("--type", help="the error's type (default Rejected)")
+    reject.add_argument("--data", help="details as JSON (a bare word is taken as a string)")
 
     reply = command("reply", "deliver a bound receiver's reply for one completion key")
     reply.add_argument("session")
@@ -141,7 +143,10 @@ def run_action(args: argparse.Namespace, client: ApiClient) -> str:
         path = path_of("sessions", args.session, "promises", args.promise, args.command)
         body = {"value": _json_or_text(args.value)} if args.command == "resolve" else {}
         if args.command == "reject":
-            body = {"error": args.error}
+            body = {"error": args.error, "type": args.type}
+            if args.data is not None:
+                body["data"] = _json_or_text(args.data)
+            body = {k: v for k, v in body.items() if v is not None}
         what = f"{args.command} {args.promise}"
         return _result(client.request("POST", path, body), what, "settled")
     path = path_of("sessions", args.session, "invocations", args.invocation, "reply")

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..engine.failures import MAX_FAILURE_TYPE
 from .paths import MAX_NAME as MAX_NAME  # re-exported: routes_api takes them from here
 from .paths import SESSION_ID_PATTERN as SESSION_ID_PATTERN
 
@@ -337,11 +338,18 @@ class ResolvePromise(BaseModel):
 
 
 class RejectPromise(BaseModel):
-    """Why the promise failed."""
+    """Why the promise failed: a message, and optionally its type and JSON details."""
 
     model_config = ConfigDict(extra="forbid")
 
     error: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    type: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_FAILURE_TYPE,
+        description="the error's type (default Rejected)",
+    )
+    data: Any = Field(default=None, description="optional JSON details")
 
 
 class PromiseSettledResult(BaseModel):

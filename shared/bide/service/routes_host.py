@@ -117,7 +117,13 @@ def register(
     async def reject(session_id: SessionId, promise_id: Name, body: RejectPromise) -> Response[Any]:
         with obs.correlated(session_id=session_id):
             result = await settle_promise(
-                existing(session_id), session_id, promise_id, "rejected", error=body.error
+                existing(session_id),
+                session_id,
+                promise_id,
+                "rejected",
+                error=body.error,
+                error_type=body.type,
+                error_data=body.data,
             )
         return model_response(200, PromiseSettledResult(result=result.value))
 
