@@ -77,6 +77,23 @@ def test_a_question_is_visible_answered_once_and_resumes_the_run():
     assert api(deps, "GET", f"/sessions/{sid}/workflow")[1]["asks"] == []
 
 
+def test_an_ask_answered_with_a_failure_ends_the_call_failed_with_it():
+    _kit, deps = make()
+    sid = asyncio.run(create_session(deps, "s-wf-fail"))
+    asyncio.run(submit(deps, sid, "ship it", request_id="r1"))
+    asyncio.run(run_session(deps, sid))
+    [ask] = api(deps, "GET", f"/sessions/{sid}/workflow")[1]["asks"]
+    path = f"/sessions/{sid}/asks/{ask['id']}/answer"
+    status, body = api(deps, "POST", path, {"failure": {"type": "", "message": "m"}})
+    assert status == 422 and body["detail"][0]["loc"][-1] == "type"
+    failure = {"type": "Unavailable", "message": "nobody on call"}
+    assert api(deps, "POST", path, {"failure": failure}) == (200, {"result": "delivered"})
+    assert api(deps, "POST", path, {"option_id": "yes"})[1] == {"result": "duplicate"}
+    asyncio.run(run_session(deps, sid))
+    session = api(deps, "GET", f"/sessions/{sid}")[1]
+    assert session["submissions"][0]["answer"] == "Unavailable: nobody on call"
+
+
 def test_workflow_routes_validate_and_404():
     _kit, deps = make()
     sid = asyncio.run(create_session(deps, "s-wf2"))

@@ -1,4 +1,4 @@
-"""Failures on workflow waits (issue 13): ``ctx.wait_for`` and ``hook.next()`` raise a
+"""Failures on workflow waits (issue 13): ``ctx.wait_for``, ``hook.next()`` and ``ctx.ask`` raise a
 catchable FailureReceived, recorded so every replay raises the same; uncaught, the call ends
 failed (its outcome says failed, not completed-with-error-text)."""
 
@@ -8,7 +8,13 @@ from kit import ANSWER, HOUR, run
 from test_workflow_support import Note, Tools
 
 from bide import SignalFailure
-from bide.workflow import FailureReceived, define_workflow_tool, post_webhook
+from bide.workflow import (
+    FailureReceived,
+    answer_in,
+    define_workflow_tool,
+    pending_asks,
+    post_webhook,
+)
 
 CI_RED = SignalFailure("BuildFailed", "3 tests failed", {"failed": 3})
 
@@ -88,5 +94,34 @@ def test_a_webhook_request_that_failed_raises_and_the_next_request_still_arrives
         assert post_webhook(t.h, url, {"n": 2}) == "delivered"
         await t.h.run_until_parked()
         assert t.result(call).details == {"first": "DeployFailed: rollback", "second": {"n": 2}}
+
+    run(go())
+
+
+def test_ctx_ask_raises_a_failure_given_instead_of_an_answer_and_first_wins():
+    async def body(args, ctx):
+        try:
+            answer = await ctx.ask("Deploy?", options=[{"id": "yes", "label": "Yes"}])
+            return f"answered {answer.option_id}"
+        except FailureReceived as exc:
+            if args.note == "catch":
+                return f"caught {exc.type}: {exc.message}"
+            raise
+
+    async def go():
+        t = await Tools(define_workflow_tool("w", "", Note, body)).start()
+        caught = await t.call("w", {"note": "catch"}, key="a")
+        uncaught = await t.call("w", {}, key="b")
+        await t.h.run_until_parked()
+        asks = {a.task_id: a.id for a in pending_asks(t.h)}
+        gone = SignalFailure("Unavailable", "nobody on call")
+        assert answer_in(t.h, asks[caught], failure=SignalFailure("", "m")) == "invalid"
+        assert answer_in(t.h, asks[caught], failure=gone) == "delivered"
+        assert answer_in(t.h, asks[caught], option_id="yes") == "duplicate"  # first wins
+        assert answer_in(t.h, asks[uncaught], failure=gone) == "delivered"
+        await t.h.run_until_parked()
+        assert t.result(caught).text == "caught Unavailable: nobody on call"
+        assert t.h.outcome(uncaught).status == "failed"
+        assert t.h.outcome(uncaught).error["details"] == {"failure": gone.to_json()}
 
     run(go())

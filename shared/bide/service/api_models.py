@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..engine.failures import MAX_FAILURE_TYPE
+from ..engine.failures import MAX_FAILURE_MESSAGE, MAX_FAILURE_TYPE
 from .paths import MAX_NAME as MAX_NAME  # re-exported: routes_api takes them from here
 from .paths import SESSION_ID_PATTERN as SESSION_ID_PATTERN
 
@@ -207,11 +207,23 @@ class Cancelled(BaseModel):
     cancelled: bool = Field(description="false when the task had already ended")
 
 
+class FailureBody(BaseModel):
+    """A failure given instead of a value or an answer (``bide.SignalFailure``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = Field(min_length=1, max_length=MAX_FAILURE_TYPE, description="a short name")
+    message: str = Field(max_length=MAX_FAILURE_MESSAGE)
+    data: Any = Field(default=None, description="optional JSON details")
+
+
 class AnswerAsk(BaseModel):
-    """An answer to a workflow's question: an option, free text, or both."""
+    """An answer to a workflow's question: an option, free text, or both; or a failure
+    instead (the waiting ``ctx.ask`` raises it)."""
 
     option_id: str | None = Field(default=None, max_length=MAX_NAME)
     text: str | None = Field(default=None, max_length=MAX_CONTENT_CHARS)
+    failure: FailureBody | None = None
 
 
 class CompleteAuthorization(BaseModel):

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..engine.failures import SignalFailure, failure_errors
+from ..engine.limits import check_value
 from ..engine.signals import SignalResult
 from ..engine.store.base import Store
 from .history import WAKE
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from ..engine.harness import Draft, Harness
 
 Display = Literal["confirmation", "select", "text"]
-RequestStatus = Literal["open", "answered", "completed", "withdrawn"]
+RequestStatus = Literal["open", "answered", "failed", "completed", "withdrawn"]
 ASK_PREFIX = "ask/"
 AUTH_PREFIX = "auth/"
 
@@ -69,6 +71,8 @@ class InputRequest(BaseModel):
     allow_freeform: bool = False
     status: RequestStatus = "open"
     answer: AskAnswer | None = None
+    failure: dict[str, Any] | None = None
+    """A failure given instead of an answer (status ``failed``): ``ctx.ask`` raises it."""
     created_at: float = 0.0
     ended_at: float | None = None
     wake: str | None = Field(default=None, description="the doorbell key the run parks on")
@@ -143,7 +147,7 @@ def _settle(
         body = d.get_doc(key)
         if body is None:
             return SignalResult.NOT_FOUND
-        if body["status"] in ("answered", "completed"):
+        if body["status"] in ("answered", "failed", "completed"):
             return SignalResult.DUPLICATE
         if body["status"] == "withdrawn":
             return SignalResult.CLOSED
@@ -161,14 +165,26 @@ def _settle(
 
 
 def answer_in(
-    harness: Harness, ask_id: str, *, option_id: str | None = None, text: str | None = None
+    harness: Harness,
+    ask_id: str,
+    *,
+    option_id: str | None = None,
+    text: str | None = None,
+    failure: SignalFailure | None = None,
 ) -> SignalResult:
     """Answer a question through an attached or open harness: ``delivered`` (the run
     resumes), ``duplicate`` (already answered: the first answer stands), ``closed`` (the run
-    ended and withdrew it), ``invalid`` (not one of its options) or ``not_found``."""
+    ended and withdrew it), ``invalid`` (not one of its options, or a malformed ``failure``)
+    or ``not_found``. A ``failure`` instead of an answer makes ``ctx.ask`` raise
+    :class:`~bide.engine.failures.FailureReceived` (status ``failed``; first wins too)."""
     answer = AskAnswer(option_id=option_id, text=text)
 
     def decide(body: dict[str, Any]) -> dict[str, Any] | SignalResult:
+        if failure is not None:
+            if failure_errors(failure):
+                return SignalResult.INVALID
+            check_value(failure.to_json(), f"the failure answering {ask_id!r}")
+            return {"status": "failed", "failure": failure.to_json()}
         if InputRequest.model_validate(body).check(answer) is not None:
             return SignalResult.INVALID
         return {"status": "answered", "answer": answer.model_dump()}
