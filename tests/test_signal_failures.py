@@ -138,8 +138,7 @@ def test_the_check_order_holds_for_failures():
         await k.h.run_until_parked()
         assert await k.h.signal(t, ANSWER, "a", bad) == CLOSED  # closed before invalid
         # The deadline race: past the deadline, not yet woken -> closed, nothing stored.
-        late, _ = await _parked(**{"for": 1})
-        t2 = next(iter(late.h._live))
+        late, t2 = await _parked(**{"for": 1})
         late.clock.advance(1)
         assert await late.h.signal(t2, ANSWER, "a", BROKEN) == CLOSED
         await late.h.run_until_parked()

@@ -18,18 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.errors import BideError
-from ..engine.failures import FailureReceived
-
-__all__ = [
-    "Cancelled",
-    "FailureReceived",
-    "FatalError",
-    "NonDeterminism",
-    "StepFailed",
-    "SubagentFailed",
-    "WaitTimeout",
-    "WorkflowError",
-]
+from ..engine.failures import FailureReceived as FailureReceived  # re-exported
 
 
 class WorkflowError(BideError):
