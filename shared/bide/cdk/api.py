@@ -90,7 +90,8 @@ class Api:
         throttle: apigw.ThrottleSettings | None,
         webhook_throttle: apigw.ThrottleSettings = DEFAULT_WEBHOOK_THROTTLE,
     ) -> tuple[apigw.HttpStage, apigw.HttpRoute]:
-        """The ``$default`` stage and the six routes; returns the stage and the webhook's.
+        """The ``$default`` stage and the six routes; returns the stage and the webhook's (its
+        failure form is :attr:`webhook_failure_route`).
         ``throttle`` is the stage's default (the IAM routes); ``webhook_throttle`` the webhook
         route's own."""
         access_logs = logs.LogGroup(
@@ -119,7 +120,7 @@ class Api:
             integration=signal,
             authorizer=apigw.HttpNoneAuthorizer(),
         )
-        (failure_route,) = self.http_api.add_routes(
+        (self.webhook_failure_route,) = self.http_api.add_routes(
             path="/hooks/{token}/failure",
             methods=[apigw.HttpMethod.POST],
             integration=signal,
@@ -148,5 +149,5 @@ class Api:
         cfn_stage.route_settings = {WEBHOOK_ROUTE_KEY: limits, WEBHOOK_FAILURE_ROUTE_KEY: limits}
         # A stage's RouteSettings may only name routes that exist when it is deployed.
         cfn_stage.node.add_dependency(webhook_route)
-        cfn_stage.node.add_dependency(failure_route)
+        cfn_stage.node.add_dependency(self.webhook_failure_route)
         return stage, webhook_route
