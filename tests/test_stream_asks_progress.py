@@ -250,3 +250,69 @@ def test_workflow_progress_reaches_the_stream_once_per_value_across_replays():
         assert t.progress.last(call)["stage"] == "done"  # the in-memory sink still hears it
 
     run(go())
+
+
+def test_a_background_workflow_reports_progress_and_its_questions_too():
+    async def chores(args, ctx, task):
+        ctx.progress("sweeping")
+        ctx.progress("mopping")  # inside the interval: written when the run parks
+        answer = await ctx.ask("Windows too?", allow_freeform=True)
+        ctx.progress(f"windows: {answer.text}")
+        return "clean"
+
+    async def go():
+        t = await Tools(define_workflow_tool("chores", "", Note, chores, lifetime="task")).start()
+        call = await t.call("chores", {})
+        await t.h.run_until_parked()
+        worker = t.result(call).details["task_id"]
+        [ask] = pending_asks(t.h)
+        assert answer_in(t.h, ask.id, text="yes") == "delivered"
+        await t.h.run_until_parked()
+        seen = events(t, "progress", "ask_opened", "ask_answered")
+        assert [(e["type"], e.get("value"), e.get("final")) for e in seen] == [
+            ("progress", "sweeping", False),
+            ("ask_opened", None, None),
+            ("progress", "mopping", True),  # with the commit that parked on the question
+            ("ask_answered", None, None),
+            ("progress", "windows: yes", False),  # a new run: at once
+        ]
+        assert {e["task_id"] for e in seen} == {worker}
+
+    run(go())
+
+
+class FakeTx:
+    """A commit's tx for the progress stream alone."""
+
+    def __init__(self) -> None:
+        self.docs: dict = {}
+
+    def now(self) -> float:
+        return 0.0
+
+    def get_doc(self, key):
+        return self.docs.get(key)
+
+    def put_doc(self, key, body):
+        self.docs[key] = body
+
+
+def test_a_final_value_a_full_commit_has_no_room_for_is_written_after_it():
+    from bide.engine.progress import ProgressStream
+    from bide.engine.store.base import MAX_COMMIT_ITEMS
+
+    flushed: list = []
+    stream = ProgressStream("t-1", lambda: 100.0, flushed.append)
+    stream.report("first")  # the first report is due: flushed at once
+    assert len(flushed) == 1
+    stream.report("last")  # inside the interval: waits
+    full = FakeTx()
+    stream.stage(full, final=True, items=MAX_COMMIT_ITEMS - 1)
+    assert full.docs == {} and stream.leftover is not None  # the event and head do not fit
+    after = FakeTx()
+    stream.write_leftover(after)
+    [event] = [b for k, b in after.docs.items() if k.startswith("event/")]
+    assert (event["value"], event["final"]) == ("last", True)
+    roomy = FakeTx()
+    stream.stage(roomy, final=True, items=MAX_COMMIT_ITEMS - 2)
+    assert stream.leftover is None and len(roomy.docs) == 2

@@ -21,7 +21,7 @@ is :func:`bide.tools.define.define_background_tool`, re-exported here.
 
 The final-output rule: a body's return value is the result (a ``str`` or a
 :class:`~bide.tools.ToolResult` as is; anything else as JSON text, also kept in ``details``).
-Progress (``ctx.progress``) is stream-only and never becomes the result; ``return None``
+Progress (``ctx.progress``) goes to the event stream and never becomes the result; ``return None``
 means the result ``null``.
 """
 
