@@ -1,8 +1,9 @@
 """57: a reminder that reports progress and posts a message (design 003, "Report progress").
 
 ``ctx.progress(value)`` is for the event stream only (``progress`` events, coalesced): a UI
-shows it, the model never sees it and the agent is not woken. ``await task.post_message(text)`` is the one-way channel to the parent: it wakes
-the agent with a message attributed to the task (queued while the agent is busy, sent once).
+shows it, the model never sees it and the agent is not woken. ``await
+task.post_message(text)`` is the one-way channel to the parent: it wakes the agent with a
+message attributed to the task (queued while the agent is busy, sent once).
 The return value arrives last, as the completion notification.
 """
 
