@@ -99,14 +99,18 @@ def test_questions_withdrawn_when_their_run_ends_are_reported_closed_with_the_re
 
 
 class CrashAtAsk(FaultyStore):
-    """Dies at the commit that publishes a question (before or after it is stored)."""
+    """Dies at the commit that writes a question with ``status`` (before or after it is
+    stored): ``open`` publishes it, ``answered`` answers it."""
 
-    def __init__(self, inner, when):
+    def __init__(self, inner, when, status="open"):
         super().__init__(inner, when=when)
         self.armed = True
+        self.status = status
 
     def commit(self, session_id, expected_seq, writes, docs=()):
-        if self.armed and any(d.key.startswith("ask/") for d in docs):
+        if self.armed and any(
+            d.key.startswith("ask/") and d.body["status"] == self.status for d in docs
+        ):
             self.armed = False
             self.fail_at = self.commits + 1
         return super().commit(session_id, expected_seq, writes, docs)
@@ -129,6 +133,30 @@ def test_a_crash_at_the_asking_commit_never_reports_a_question_not_asked(when):
         [ask] = pending_asks(t.h)
         opened = [e for e in read_events(store, "s1", limit=100) if e["type"] == "ask_opened"]
         assert [e["ask"] for e in opened] == [ask.id]  # once, after the restart too
+
+    run(go())
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_crash_at_the_answering_commit_reports_the_answer_only_if_it_was_stored(when):
+    async def go():
+        store = CrashAtAsk(SQLiteStore(), when, status="answered")
+        t = await Tools(define_workflow_tool("ship", "", Note, confirm), store=store).start()
+        call = await t.call("ship", {"note": "v4"})
+        await t.h.run_until_parked()
+        [ask] = pending_asks(t.h)
+        with pytest.raises(Crash):
+            answer_in(t.h, ask.id, option_id="yes")
+        stored = store.get_doc("s1", f"ask/{ask.id}").body["status"] == "answered"
+        answered = [e for e in read_events(store, "s1", limit=100) if e["type"] == "ask_answered"]
+        assert stored == bool(answered) == (when == "after")
+        await t.reopen()
+        if when == "before":  # the person tries again
+            assert answer_in(t.h, ask.id, option_id="yes") == "delivered"
+        await t.h.run_until_parked()
+        assert t.result(call).text == "yes"
+        answered = [e for e in read_events(store, "s1", limit=100) if e["type"] == "ask_answered"]
+        assert len(answered) == 1
 
     run(go())
 
