@@ -183,3 +183,26 @@ def test_promise_and_reply_commands_say_what_was_not_taken(console, capsys) -> N
     with pytest.raises(SystemExit) as exited:
         main(["--url", console.url, "events", sid, "--wait", "99"])
     assert exited.value.code == EXIT_USAGE
+
+
+def test_progress_and_a_question_stream_and_the_cli_answers_it(console, capsys) -> None:
+    sid, _ = started(console, "Please deploy api")
+    [(_, kind, progress), (cursor, asked, opened)] = sse(console.url, f"/sessions/{sid}/events", 2)
+    assert kind == "progress" and progress["tool"] == "deploy"
+    assert progress["value"] == {"stage": "waiting for approval", "plan": "3 pods, 1 migration"}
+    assert asked == "ask_opened" and opened["prompt"].startswith("Deploy api?")
+    # The CLI's line says how to answer it.
+    code, out, _ = bide(capsys, console.url, "events", sid)
+    line = out.splitlines()[1]
+    assert line.startswith("#2 ask_opened ")
+    assert line.endswith(
+        f"(answer: bide answer {sid} {opened['ask']} TEXT --option approve|cancel)"
+    )
+    code, out, _ = bide(capsys, console.url, "answer", sid, opened["ask"], "--option", "approve")
+    assert code == 0 and out.startswith("delivered")
+    assert console.settle(10)
+    rest = sse(console.url, f"/sessions/{sid}/events", 2, {"Last-Event-ID": cursor})
+    assert [m[1] for m in rest] == ["ask_answered", "run_ended"]
+    assert rest[0][2]["answer"] == {"option_id": "approve", "text": None}
+    code, out, _ = bide(capsys, console.url, "events", sid, "--cursor", cursor)
+    assert [line.split(" ")[1] for line in out.splitlines()] == ["ask_answered", "run_ended"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -12,6 +13,7 @@ from .failures import SignalFailed
 from .host import HostTx
 from .ids import keyed_id
 from .kernel import Draft, Kernel, require_json
+from .progress import ProgressStream
 from .records import TaskRecord
 from .rules import bump, check_sleep, check_wait
 from .signals import SignalExpired, SignalKey, SignalState, SignalToken, SignalValue, slot_name
@@ -46,6 +48,8 @@ class Runtime:
         assert isinstance(record.state, Running)
         self._start = record.state.checkpoint
         self.progressed = False
+        self.progress = ProgressStream(record.id, self.now, self._flush_progress)
+        """This run's progress reports, carried to the event stream (bide.engine.progress)."""
 
     @property
     def task_id(self) -> str:
@@ -84,10 +88,22 @@ class Runtime:
             tx = _Tx(self._h, d, self._task_id)
             new = state(tx) if callable(state) else state
             if new is None:  # side writes only (child tasks, signals, memos); state unchanged
+                self.progress.stage(tx, final=False, items=_items(d))
                 return False
-            return self._transition(d, self._holder(d), new)
+            moved = self._transition(d, self._holder(d), new)
+            # Progress waiting when the run parks or ends is written with that commit.
+            final = not isinstance(new, Running)
+            self.progress.stage(tx, final=final, items=_items(d))
+            return moved
 
-        progressed = self._h._apply(write)
+        self.progress.busy = True  # a report made inside the builder waits for this commit
+        try:
+            progressed = self._h._apply(write)
+        finally:
+            self.progress.busy = False
+        self.progress.committed()
+        if self.progress.leftover is not None:  # the final commit had no room for it
+            self._h._apply(lambda d: self.progress.write_leftover(HostTx(self._h, d)))
         self.progressed = self.progressed or progressed
 
     @property
@@ -162,6 +178,17 @@ class Runtime:
 
     # --- internals ---------------------------------------------------------------------------
 
+    def _flush_progress(self, write: Callable[[_Tx], None]) -> None:
+        """Commit a progress event alone (side writes only). A run that can no longer commit
+        drops it: the report was made by an invocation that is over."""
+
+        def change(d: Draft) -> None:
+            self._holder(d)
+            write(_Tx(self._h, d, self._task_id, holder=self._holder))
+
+        with contextlib.suppress(InvocationEnded):
+            self._h._apply(change)
+
     def _holder(self, d: Draft) -> TaskRecord:
         record = d.get(self._task_id)
         state = record.state if record is not None else None
@@ -221,6 +248,10 @@ class Runtime:
             raise InvalidTransition(f"unknown state {new!r}")
         d.put(bump(record, state=new, restarts=0))
         return True
+
+
+def _items(d: Draft) -> int:
+    return len(d.writes) + len(d.docs)
 
 
 class _Tx(HostTx):

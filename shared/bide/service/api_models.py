@@ -334,8 +334,9 @@ class ValidationErrorBody(BaseModel):
 class EventsPage(_PageFields):
     """``GET /sessions/{session_id}/events``: the session's events, oldest first. Each has
     ``seq`` (1, 2, ...), ``type`` (``run_ended``, ``approval_requested``,
-    ``approval_decided``, ``approval_closed``, ``promise_settled``), ``at`` (epoch seconds)
-    and the fields of its type; a field over 2 KiB is ``{"omitted": true, "bytes": n}``."""
+    ``approval_decided``, ``approval_closed``, ``promise_settled``, ``ask_opened``,
+    ``ask_answered``, ``ask_closed``, ``progress``), ``at`` (epoch seconds) and the fields of
+    its type; a field over 2 KiB is ``{"omitted": true, "bytes": n}``."""
 
     session_id: str
     items: list[dict[str, Any]]

@@ -328,11 +328,14 @@ class WorkflowContext:
         return RaceOp(self, ops, timeout, until)
 
     def progress(self, value: Any) -> None:
-        """Report progress: stream-only and in memory (last write wins per call); it never
-        wakes the parent and is never the result. Silent while the body replays."""
+        """Report progress (JSON): it never wakes the parent and is never the result. Silent
+        while the body replays. It goes to the session's event stream as ``progress``
+        events, coalesced (:mod:`bide.engine.progress`: at most one every few seconds, the
+        latest value winning, the last one always written when the run parks or ends)."""
         if self._replaying or self._suspended or self._dead is not None:
             return
         self.last_progress = value
+        self._rt.progress.report(value, tool=self.tool_name, call_id=self.call_id)
         if self._host.report is not None:
             self._host.report(value)
         sink = self._rt.services.get("workflow_progress")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...engine.failures import SignalFailed
 from ..errors import WorkflowError
 from ..history import derived_id
-from ..requests import AskAnswer, AskOption, Display, InputRequest, ask_key
+from ..requests import AskAnswer, AskOption, Display, InputRequest, ask_key, ask_opened_in
 from .base import Op, Outcome, Pending, Ready, failed, raise_failure
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ class AskOp(Op[AskAnswer]):
         if tx.get_doc(record["doc"]) is None:
             request = self._request.model_copy(update={"created_at": tx.now()})
             tx.put_doc(record["doc"], request.model_dump(mode="json"))
+            ask_opened_in(tx, request)
 
     async def poll(self, record: dict[str, Any]) -> Outcome:
         body = self._ctx._rt.get_doc(record["doc"]) or {}
