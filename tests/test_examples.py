@@ -199,6 +199,13 @@ KEY_LINES: dict[str, list[str]] = {
         "submissions: {'r1': 'done', 'r2': 'done', 'r3': 'done'}",
         "ok: the steer cancelled the parked call and was answered next; the follow-up waited",
     ],
+    "61_ci_failure_caught.py": [
+        "CI POST build-7 /failure {'type': 'FlakyTest', 'message': 'test_login timed out'} -> "
+        "delivered",
+        "outcome: completed, result {'build': 'build-8', 'status': 'passed', 'attempts': 2}",
+        "outcome: failed: CompileError: main.c:3: syntax error",
+        "ok: a typed failure was caught and retried; an uncaught one failed the call",
+    ],
     "59_testing_with_bide_testing.py": [
         "ok: ManualClock: the question expired after four hours",
         "ok: FaultyStore: the process died after the park; the answer still arrived",

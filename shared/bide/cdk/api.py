@@ -48,6 +48,8 @@ DEFAULT_THROTTLE = apigw.ThrottleSettings(rate_limit=100, burst_limit=200)
 #: https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-apigatewayv2-stage-routesettings.html).
 DEFAULT_WEBHOOK_THROTTLE = apigw.ThrottleSettings(rate_limit=20, burst_limit=40)
 WEBHOOK_ROUTE_KEY = "POST /hooks/{token}"
+#: The webhook's failure form (bide.service.failure_body): unauthenticated too, same limits.
+WEBHOOK_FAILURE_ROUTE_KEY = "POST /hooks/{token}/failure"
 
 
 @jsii.implements(apigw.IAccessLogSettings)
@@ -88,7 +90,8 @@ class Api:
         throttle: apigw.ThrottleSettings | None,
         webhook_throttle: apigw.ThrottleSettings = DEFAULT_WEBHOOK_THROTTLE,
     ) -> tuple[apigw.HttpStage, apigw.HttpRoute]:
-        """The ``$default`` stage and the four routes; returns the stage and the webhook's.
+        """The ``$default`` stage and the six routes; returns the stage and the webhook's (its
+        failure form is :attr:`webhook_failure_route`).
         ``throttle`` is the stage's default (the IAM routes); ``webhook_throttle`` the webhook
         route's own."""
         access_logs = logs.LogGroup(
@@ -117,14 +120,21 @@ class Api:
             integration=signal,
             authorizer=apigw.HttpNoneAuthorizer(),
         )
-        # More specific than /sessions/{proxy+}, so API Gateway routes it to the signal
-        # function.
-        self.http_api.add_routes(
-            path="/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}",
+        (self.webhook_failure_route,) = self.http_api.add_routes(
+            path="/hooks/{token}/failure",
             methods=[apigw.HttpMethod.POST],
             integration=signal,
-            authorizer=iam_auth,
+            authorizer=apigw.HttpNoneAuthorizer(),
         )
+        # More specific than /sessions/{proxy+}, so API Gateway routes them (a value, and a
+        # failure instead of one) to the signal function.
+        for suffix in ("", "/failure"):
+            self.http_api.add_routes(
+                path="/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}" + suffix,
+                methods=[apigw.HttpMethod.POST],
+                integration=signal,
+                authorizer=iam_auth,
+            )
         for path in ("/sessions", "/sessions/{proxy+}"):
             self.http_api.add_routes(
                 path=path, methods=[apigw.HttpMethod.ANY], integration=sessions, authorizer=iam_auth
@@ -132,12 +142,12 @@ class Api:
         # The L2 stage has no per-route settings: set them on its CloudFormation resource.
         cfn_stage = stage.node.default_child
         assert isinstance(cfn_stage, apigw.CfnStage)
-        cfn_stage.route_settings = {
-            WEBHOOK_ROUTE_KEY: {
-                "ThrottlingBurstLimit": webhook_throttle.burst_limit,
-                "ThrottlingRateLimit": webhook_throttle.rate_limit,
-            }
+        limits = {
+            "ThrottlingBurstLimit": webhook_throttle.burst_limit,
+            "ThrottlingRateLimit": webhook_throttle.rate_limit,
         }
+        cfn_stage.route_settings = {WEBHOOK_ROUTE_KEY: limits, WEBHOOK_FAILURE_ROUTE_KEY: limits}
         # A stage's RouteSettings may only name routes that exist when it is deployed.
         cfn_stage.node.add_dependency(webhook_route)
+        cfn_stage.node.add_dependency(self.webhook_failure_route)
         return stage, webhook_route

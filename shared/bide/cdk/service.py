@@ -259,6 +259,7 @@ class BideService(Construct):
             throttle=throttle,
             webhook_throttle=webhook_throttle,
         )
+        self.webhook_failure_route = api.webhook_failure_route  # the same route's failure form
         if alarm_topic is None and email:
             alarm_topic = sns.Topic(
                 self, "AlarmTopic", display_name="bide alarms", enforce_ssl=True

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ...engine.failures import SignalFailed
 from ...engine.signals import SignalExpired, SignalToken, SignalValue
 from ..errors import WaitTimeout
-from .base import Op, Outcome, Pending, Raise, Ready
+from .base import Op, Outcome, Pending, Raise, Ready, failed, raise_failure
 
 if TYPE_CHECKING:
     from ..context import WorkflowContext
@@ -42,7 +43,8 @@ class SleepOp(Op[None]):
 
 class WaitForOp(Op[T]):
     """``ctx.wait_for(token, key, timeout=)``: the signal value delivered to this run under
-    ``key``; with a timeout, :class:`WaitTimeout` when it does not come in time."""
+    ``key``; with a timeout, :class:`WaitTimeout` when it does not come in time;
+    :class:`~bide.engine.failures.FailureReceived` when a failure came instead."""
 
     kind = "wait_for"
 
@@ -67,6 +69,8 @@ class WaitForOp(Op[T]):
         state = await rt.read_signal(self._token, self._key)
         if isinstance(state, SignalValue):
             return Ready(self._token.dump(state.value))
+        if isinstance(state, SignalFailed):  # the sender said it failed: the body gets it
+            return failed(state)
         until = record.get("until")
         if until is not None and rt.now() >= until:
             return Raise({"type": "WaitTimeout", "message": f"no {self.name!r} in time"})
@@ -81,6 +85,7 @@ class WaitForOp(Op[T]):
         return Pending(keys=(self._token.key(self._key),), until=until)
 
     async def decode(self, stored: dict[str, Any]) -> T:
+        raise_failure(stored)
         if "error" in stored:
             raise WaitTimeout(stored["error"]["message"])
         return self._token.validate(stored["v"])
