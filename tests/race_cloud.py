@@ -19,16 +19,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 
 pytest.register_assert_rewrite("aws_fixtures")
 from aws_fixtures import (  # noqa: E402
-    REGION,
     FaultyClient,
     LockedClient,
+    aws_client,
     dynamodb_local_endpoint,
     fake_aws_environment,
     throttled,
@@ -48,15 +47,7 @@ def client(service: str, endpoint: str, *, sdk_attempts: int) -> Any:
         connect_timeout=5,
         read_timeout=30,
     )
-    return boto3.client(  # type: ignore[call-overload]
-        service,
-        region_name=REGION,
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        aws_session_token="testing",
-        config=config,
-    )
+    return aws_client(service, endpoint, config=config)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures", "proof_fixtures", "race_cloud")
-from aws_fixtures import unique  # noqa: E402
+from aws_fixtures import unique, wake_queue  # noqa: E402
 from handler_fixtures import REPLY, ROLE_ARN  # noqa: E402
 from proof_fixtures import Ledger, ProofProbe, proof_app  # noqa: E402
 from race_cloud import (  # noqa: E402
@@ -202,13 +202,7 @@ def rig_maker(cloud: Cloud) -> Iterator[Callable[..., Rig]]:
         sqs, scheduler = raw_sqs, raw_scheduler
         table = unique("race")
         create_table(cloud.ddb, table)
-        queue_url = cloud.sqs.create_queue(
-            QueueName=f"{unique('race-wakes')}.fifo",
-            Attributes={"FifoQueue": "true", "VisibilityTimeout": "60"},
-        )["QueueUrl"]
-        queue_arn = cloud.sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
+        queue_url, queue_arn = wake_queue(cloud.sqs, "race-wakes", 60)
         timing = {"base_delay": 0.005, "max_delay": 0.2, "max_attempts": 10}
         store = DynamoDBStore(table, ddb, bucket=cloud.bucket, s3_client=cloud.s3, **timing)
         raw = DynamoDBStore(table, cloud.ddb, bucket=cloud.bucket, s3_client=cloud.s3)
