@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aws_fixtures import LockedClient, aws_client, fake_aws_environment, unique
+from aws_fixtures import LockedClient, aws_client, fake_aws_environment, unique, wake_queue
 from handler_fixtures import ROLE_ARN, NoArgs, Probe, make_app
 
 from bide import Harness, ManualClock, RandomIds, TaskRecord
@@ -279,13 +279,7 @@ class Deployment:
         sqs = account.sqs
         table = unique("proof")
         create_table(account.ddb, table)
-        queue_url = sqs.create_queue(
-            QueueName=f"{unique('wakes')}.fifo",
-            Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"},
-        )["QueueUrl"]
-        queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
+        queue_url, queue_arn = wake_queue(sqs)
         crashing = {
             name: CrashingClient(getattr(account, attr), name, plan)
             for name, attr in (
