@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+
+# Every shared helper module beside the tests (kits, fixtures) gets pytest's assert rewriting,
+# registered once here before any test module imports one: registered in each test file, a
+# helper already imported by an earlier file could not be rewritten (and pytest warned).
+pytest.register_assert_rewrite(
+    *sorted(
+        p.stem
+        for p in Path(__file__).parent.glob("*.py")
+        if not p.stem.startswith("test_") and p.stem != "conftest"
+    )
+)
 
 # Tests only ever talk to moto or to services on 127.0.0.1.
 for _name, _value in {

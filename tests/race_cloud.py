@@ -19,12 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-from botocore.awsrequest import AWSResponse
-from botocore.config import Config
-
-pytest.register_assert_rewrite("aws_fixtures")
-from aws_fixtures import (  # noqa: E402
+from aws_fixtures import (
     FaultyClient,
     LockedClient,
     aws_client,
@@ -33,6 +28,8 @@ from aws_fixtures import (  # noqa: E402
     throttled,
     unique,
 )
+from botocore.awsrequest import AWSResponse
+from botocore.config import Config
 
 #: The share of calls and requests a throttled rig answers with a throttling error.
 THROTTLE_SHARE = 0.2

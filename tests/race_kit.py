@@ -16,13 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
-
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures", "proof_fixtures", "race_cloud")
-from aws_fixtures import unique, wake_queue  # noqa: E402
-from handler_fixtures import REPLY, ROLE_ARN  # noqa: E402
-from proof_fixtures import Ledger, ProofProbe, proof_app  # noqa: E402
-from race_cloud import (  # noqa: E402
+from aws_fixtures import unique, wake_queue
+from handler_fixtures import REPLY, ROLE_ARN
+from proof_fixtures import Ledger, ProofProbe, proof_app
+from race_cloud import (
     THROTTLE_SHARE,
     Cloud,
     client,
@@ -30,13 +27,13 @@ from race_cloud import (  # noqa: E402
     throttle_requests,
 )
 
-from bide import Harness, ManualClock, RandomIds, SignalResult, TaskRecord  # noqa: E402
-from bide.aws.dynamodb import DynamoDBStore, create_table  # noqa: E402
-from bide.aws.scheduler import SchedulerAlarms, schedule_name  # noqa: E402
-from bide.aws.sqs import SqsWakeQueue, parse_wake  # noqa: E402
-from bide.service.deps import Deps  # noqa: E402
-from bide.service.signals import deliver  # noqa: E402
-from bide.service.worker import run_session  # noqa: E402
+from bide import Harness, ManualClock, RandomIds, SignalResult, TaskRecord
+from bide.aws.dynamodb import DynamoDBStore, create_table
+from bide.aws.scheduler import SchedulerAlarms, schedule_name
+from bide.aws.sqs import SqsWakeQueue, parse_wake
+from bide.service.deps import Deps
+from bide.service.signals import deliver
+from bide.service.worker import run_session
 
 HOUR = 3600.0
 

@@ -11,15 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures", "page_kit")
-from handler_fixtures import (  # noqa: E402
+from handler_fixtures import (
     PRINCIPAL,
     Bench,
     aws_fixture,
     make_bench,
 )
-from page_kit import (  # noqa: E402
+from page_kit import (
     PAGE_RESPONSE_BYTES,
     call,
     local_deps,
@@ -28,14 +26,14 @@ from page_kit import (  # noqa: E402
     sqlite_deps,
 )
 
-from bide import SQLiteStore  # noqa: E402
-from bide.agent.conversation import entry_key  # noqa: E402
-from bide.aws import offload  # noqa: E402
-from bide.engine.harness import Harness  # noqa: E402
-from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc  # noqa: E402
-from bide.service.deps import Deps  # noqa: E402
-from bide.service.pages import MAX_PAGE_BYTES, MAX_PAGE_LIMIT  # noqa: E402
-from bide.service.sessions import create_session  # noqa: E402
+from bide import SQLiteStore
+from bide.agent.conversation import entry_key
+from bide.aws import offload
+from bide.engine.harness import Harness
+from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc
+from bide.service.deps import Deps
+from bide.service.pages import MAX_PAGE_BYTES, MAX_PAGE_LIMIT
+from bide.service.sessions import create_session
 
 __all__ = ["aws_fixture"]
 

@@ -28,17 +28,15 @@ from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
+from aws_fixtures import unique
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from limits_fixtures import BLOB, WAIT_KEY, HttpSession, http, limits_app, nested
 
-pytest.register_assert_rewrite("aws_fixtures", "limits_fixtures")
-from aws_fixtures import unique  # noqa: E402
-from limits_fixtures import BLOB, WAIT_KEY, HttpSession, http, limits_app, nested  # noqa: E402
-
-from bide.engine.limits import MAX_JSON_DEPTH, MAX_VALUE_BYTES  # noqa: E402
-from bide.local import LocalStack  # noqa: E402
-from bide.local.thread import BackgroundStack  # noqa: E402
-from bide.service.webhooks import sign  # noqa: E402
+from bide.engine.limits import MAX_JSON_DEPTH, MAX_VALUE_BYTES
+from bide.local import LocalStack
+from bide.local.thread import BackgroundStack
+from bide.service.webhooks import sign
 
 EXAMPLES = 300
 STATUSES: Counter[int] = Counter()

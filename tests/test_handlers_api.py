@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 # Before importing them: their asserts get pytest's messages (other modules register the same).
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
-from aws_fixtures import unique  # noqa: E402
-from handler_fixtures import (  # noqa: E402
+from aws_fixtures import unique
+from handler_fixtures import (
     PRINCIPAL,
     REPLY,
     Bench,
@@ -26,7 +25,7 @@ from handler_fixtures import (  # noqa: E402
     signal_event,
 )
 
-from bide.service.http import (  # noqa: E402
+from bide.service.http import (
     API_ROUTES,
     _resolver_for,
     api_resolver,

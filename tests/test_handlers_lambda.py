@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 # Before importing them: their asserts get pytest's messages (other modules register the same).
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
-from handler_fixtures import (  # noqa: E402
+from handler_fixtures import (
     Bench,
     FakeContext,
     aws_fixture,
@@ -23,16 +22,16 @@ from handler_fixtures import (  # noqa: E402
     response_json,
 )
 
-from bide import constants as c  # noqa: E402
-from bide.aws.dynamodb import DynamoDBStore  # noqa: E402
-from bide.aws.scheduler import SchedulerAlarms  # noqa: E402
-from bide.service.config import (  # noqa: E402
+from bide import constants as c
+from bide.aws.dynamodb import DynamoDBStore
+from bide.aws.scheduler import SchedulerAlarms
+from bide.service.config import (
     ConfigError,
     LazyClient,
     deps_from_env,
     settings_from_env,
 )
-from bide.service.observability import ObservedStore  # noqa: E402
+from bide.service.observability import ObservedStore
 
 __all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to find
 

@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 
 # Before importing them: their asserts get pytest's messages (other modules register the same).
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
-from aws_fixtures import unique  # noqa: E402
-from handler_fixtures import (  # noqa: E402
+from aws_fixtures import unique
+from handler_fixtures import (
     REPLY,
     WEBHOOK_BASE,
     Bench,
@@ -29,9 +28,9 @@ from handler_fixtures import (  # noqa: E402
     signal_event,
 )
 
-from bide.service import signals as signals_service  # noqa: E402
-from bide.service.http import handle_signal  # noqa: E402
-from bide.service.webhooks import binding_key, make_token, parse_token, sign  # noqa: E402
+from bide.service import signals as signals_service
+from bide.service.http import handle_signal
+from bide.service.webhooks import binding_key, make_token, parse_token, sign
 
 __all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to find
 

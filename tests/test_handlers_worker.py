@@ -13,9 +13,8 @@ import threading
 import pytest
 
 # Before importing them: their asserts get pytest's messages (other modules register the same).
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
-from aws_fixtures import unique  # noqa: E402
-from handler_fixtures import (  # noqa: E402
+from aws_fixtures import unique
+from handler_fixtures import (
     REPLY,
     Bench,
     FakeContext,
@@ -27,13 +26,13 @@ from handler_fixtures import (  # noqa: E402
     signal_event,
 )
 
-from bide.aws.scheduler import at_expression, schedule_name  # noqa: E402
-from bide.aws.sqs import parse_wake  # noqa: E402
-from bide.engine.harness import Harness  # noqa: E402
-from bide.service import observability as obs  # noqa: E402
-from bide.service import worker_batch  # noqa: E402
-from bide.service.http import handle_api, handle_signal, handle_worker  # noqa: E402
-from bide.service.sessions import create_session, submit  # noqa: E402
+from bide.aws.scheduler import at_expression, schedule_name
+from bide.aws.sqs import parse_wake
+from bide.engine.harness import Harness
+from bide.service import observability as obs
+from bide.service import worker_batch
+from bide.service.http import handle_api, handle_signal, handle_worker
+from bide.service.sessions import create_session, submit
 
 __all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to find
 

@@ -9,16 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from page_kit import DirectClient, get, new_session, read_pages, sqlite_deps
 
-pytest.register_assert_rewrite("page_kit")
-from page_kit import DirectClient, get, new_session, read_pages, sqlite_deps  # noqa: E402
-
-from bide.engine.records import TaskRecord  # noqa: E402
-from bide.engine.state import Sleeping  # noqa: E402
-from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc  # noqa: E402
-from bide.service.deps import Deps  # noqa: E402
-from bide.service.pages import MAX_PAGE_LIMIT  # noqa: E402
-from bide.tools.webhooks import WEBHOOK_MEMO_PREFIX, WebhookBinding, binding_key  # noqa: E402
+from bide.engine.records import TaskRecord
+from bide.engine.state import Sleeping
+from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc
+from bide.service.deps import Deps
+from bide.service.pages import MAX_PAGE_LIMIT
+from bide.tools.webhooks import WEBHOOK_MEMO_PREFIX, WebhookBinding, binding_key
 
 TASKS = 120
 HOOKS_PER_TASK = 5  # 600 webhooks: more than the largest page

@@ -10,9 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("handler_fixtures")
-from handler_fixtures import (  # noqa: E402
+from handler_fixtures import (
     PRINCIPAL,
     Probe,
     aws_fixture,
@@ -21,13 +19,13 @@ from handler_fixtures import (  # noqa: E402
     make_app,
     response_json,
 )
-from test_workflow_support import Alarms, Queue  # noqa: E402
+from test_workflow_support import Alarms, Queue
 
-from bide import Harness, ManualClock, RandomIds, SQLiteStore  # noqa: E402
-from bide.promises import Promises  # noqa: E402
-from bide.service.deps import Deps  # noqa: E402
-from bide.service.host import MAX_WAIT_SECONDS, POLL_SECONDS  # noqa: E402
-from bide.service.http import handle_api  # noqa: E402
+from bide import Harness, ManualClock, RandomIds, SQLiteStore
+from bide.promises import Promises
+from bide.service.deps import Deps
+from bide.service.host import MAX_WAIT_SECONDS, POLL_SECONDS
+from bide.service.http import handle_api
 
 __all__ = ["aws_fixture", "bench_fixture"]
 

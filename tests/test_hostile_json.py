@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
-from aws_fixtures import unique  # noqa: E402
-from handler_fixtures import (  # noqa: E402
+from aws_fixtures import unique
+from handler_fixtures import (
     Bench,
     aws_fixture,
     bench_fixture,
@@ -23,9 +21,9 @@ from handler_fixtures import (  # noqa: E402
     signal_event,
 )
 
-from bide.constants import MAX_JSON_DEPTH  # noqa: E402
-from bide.service.http import handle_api, handle_signal  # noqa: E402
-from bide.service.json_body import JsonRefused, nesting_depth, strict_json  # noqa: E402
+from bide.constants import MAX_JSON_DEPTH
+from bide.service.http import handle_api, handle_signal
+from bide.service.json_body import JsonRefused, nesting_depth, strict_json
 
 __all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to find
 

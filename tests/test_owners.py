@@ -12,10 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
-from aws_fixtures import unique  # noqa: E402
-from handler_fixtures import (  # noqa: E402
+from aws_fixtures import unique
+from handler_fixtures import (
     ACCOUNT,
     PRINCIPAL,
     Bench,
@@ -27,17 +25,17 @@ from handler_fixtures import (  # noqa: E402
     make_app,
     response_json,
 )
-from test_workflow_support import Alarms, Queue  # noqa: E402
+from test_workflow_support import Alarms, Queue
 
-from bide import ManualClock, RandomIds, SQLiteStore  # noqa: E402
-from bide.local.events import find_route, http_api_event  # noqa: E402
-from bide.local.server import HttpRequest  # noqa: E402
-from bide.local.stack import local_principal  # noqa: E402
-from bide.service.config import ConfigError, deps_from_env, settings_from_env  # noqa: E402
-from bide.service.deps import Deps  # noqa: E402
-from bide.service.http import API_ROUTES, SIGNAL_ROUTES, handle_api, handle_signal  # noqa: E402
-from bide.service.owners import LOCAL_PRINCIPAL, is_admin, owner_of, principal_of  # noqa: E402
-from bide.service.sessions import create_session  # noqa: E402
+from bide import ManualClock, RandomIds, SQLiteStore
+from bide.local.events import find_route, http_api_event
+from bide.local.server import HttpRequest
+from bide.local.stack import local_principal
+from bide.service.config import ConfigError, deps_from_env, settings_from_env
+from bide.service.deps import Deps
+from bide.service.http import API_ROUTES, SIGNAL_ROUTES, handle_api, handle_signal
+from bide.service.owners import LOCAL_PRINCIPAL, is_admin, owner_of, principal_of
+from bide.service.sessions import create_session
 
 __all__ = ["aws_fixture", "bench_fixture"]
 

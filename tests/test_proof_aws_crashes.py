@@ -34,14 +34,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from handler_fixtures import REPLY
+from proof_fixtures import Account, CrashPlan, Deployment, moto_account
 
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures", "proof_fixtures")
-from handler_fixtures import REPLY  # noqa: E402
-from proof_fixtures import Account, CrashPlan, Deployment, moto_account  # noqa: E402
-
-from bide import SignalResult  # noqa: E402
-from bide.service.sessions import create_session, submit  # noqa: E402
-from bide.service.signals import deliver, deliver_webhook  # noqa: E402
+from bide import SignalResult
+from bide.service.sessions import create_session, submit
+from bide.service.signals import deliver, deliver_webhook
 
 JSON = {"content-type": "application/json"}
 HOUR = 3600.0

@@ -29,18 +29,16 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from limits_fixtures import http, post_json
+from proof_fixtures import ProofProbe, proof_app
+from stack_kit import local_stack, wait_for
 
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures", "proof_fixtures")
-from limits_fixtures import http, post_json  # noqa: E402
-from proof_fixtures import ProofProbe, proof_app  # noqa: E402
-from stack_kit import local_stack, wait_for  # noqa: E402
-
-from bide import SQLiteStore  # noqa: E402
-from bide.agent.conversation import ConversationHead, Submission  # noqa: E402
-from bide.constants import MAX_WEBHOOK_BODY_BYTES, WEBHOOK_SIGNATURE_WINDOW_SECONDS  # noqa: E402
-from bide.service.api_models import MAX_CONTENT_CHARS, REQUEST_ID_PATTERN  # noqa: E402
-from bide.service.owners import INDEX_PARTITION_PREFIX  # noqa: E402
-from bide.service.webhooks import (  # noqa: E402
+from bide import SQLiteStore
+from bide.agent.conversation import ConversationHead, Submission
+from bide.constants import MAX_WEBHOOK_BODY_BYTES, WEBHOOK_SIGNATURE_WINDOW_SECONDS
+from bide.service.api_models import MAX_CONTENT_CHARS, REQUEST_ID_PATTERN
+from bide.service.owners import INDEX_PARTITION_PREFIX
+from bide.service.webhooks import (
     WebhookBinding,
     WebhookRejected,
     make_token,

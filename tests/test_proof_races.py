@@ -34,15 +34,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite(
-    "aws_fixtures", "handler_fixtures", "proof_fixtures", "race_cloud", "race_kit"
-)
-from aws_fixtures import (  # noqa: E402
+from aws_fixtures import (
     unique,
 )
-from race_cloud import THROTTLE_SHARE, Cloud, open_cloud, serve_moto  # noqa: E402
-from race_kit import (  # noqa: E402
+from race_cloud import THROTTLE_SHARE, Cloud, open_cloud, serve_moto
+from race_kit import (
     HOUR,
     Rig,
     check_history,
@@ -53,10 +49,10 @@ from race_kit import (  # noqa: E402
     run_threads,
 )
 
-from bide import Harness, SignalResult  # noqa: E402
-from bide.constants import WORKER_TIMEOUT_SECONDS  # noqa: E402
-from bide.service import worker  # noqa: E402
-from bide.service.worker import run_session  # noqa: E402
+from bide import Harness, SignalResult
+from bide.constants import WORKER_TIMEOUT_SECONDS
+from bide.service import worker
+from bide.service.worker import run_session
 
 LEASE = WORKER_TIMEOUT_SECONDS + 30.0
 

@@ -49,11 +49,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("twin_fleet")
-from twin_fixtures import STACK_CONFIG  # noqa: E402
-from twin_fleet import Fleet, run_fleet  # noqa: E402
-from twin_proof_kit import (  # noqa: E402
+from twin_fixtures import STACK_CONFIG
+from twin_fleet import Fleet, run_fleet
+from twin_proof_kit import (
     Script,
     doomed_script,
     expected_log,
@@ -62,7 +60,7 @@ from twin_proof_kit import (  # noqa: E402
     reference_run,
 )
 
-from bide.engine.harness import DEFAULT_RESTART_LIMIT  # noqa: E402
+from bide.engine.harness import DEFAULT_RESTART_LIMIT
 
 LONG = os.environ.get("BIDE_LONG_PROOF") == "1"
 SESSIONS = 100 if LONG else 40

@@ -13,10 +13,7 @@ import math
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("aws_fixtures", "store_contract")
-
-from aws_fixtures import (  # noqa: E402
+from aws_fixtures import (
     AwsBench,
     FaultyClient,
     aws_bench,
@@ -24,12 +21,12 @@ from aws_fixtures import (  # noqa: E402
     expiries,
     partition_items,
 )
-from store_contract import new_session, task  # noqa: E402
+from store_contract import new_session, task
 
-from bide.aws.dynamodb import DynamoDBStore  # noqa: E402
-from bide.aws.retention import ENDED_TAG_KEY, ENDED_TAG_VALUE, EXPIRES_AT  # noqa: E402
-from bide.engine.errors import StoreUnavailable  # noqa: E402
-from bide.engine.store.base import MAX_COMMIT_ITEMS, SESSION_ENDED_KEY, Doc  # noqa: E402
+from bide.aws.dynamodb import DynamoDBStore
+from bide.aws.retention import ENDED_TAG_KEY, ENDED_TAG_VALUE, EXPIRES_AT
+from bide.engine.errors import StoreUnavailable
+from bide.engine.store.base import MAX_COMMIT_ITEMS, SESSION_ENDED_KEY, Doc
 
 __all__ = ["aws_bench"]
 

@@ -11,13 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from aws_fixtures import BENCHES
+from kit import ANSWER, HOUR, run
 
-pytest.register_assert_rewrite("aws_fixtures")
-
-from aws_fixtures import BENCHES  # noqa: E402
-from kit import ANSWER, HOUR, run  # noqa: E402
-
-from bide import (  # noqa: E402
+from bide import (
     Completed,
     Harness,
     InvalidPark,
@@ -32,10 +29,10 @@ from bide import (  # noqa: E402
     Terminal,
     define_task,
 )
-from bide.engine import slots  # noqa: E402
-from bide.engine.errors import DocumentExists  # noqa: E402
-from bide.engine.store import StoreWrapper  # noqa: E402
-from bide.engine.store.base import MAX_COMMIT_ITEMS  # noqa: E402
+from bide.engine import slots
+from bide.engine.errors import DocumentExists
+from bide.engine.store import StoreWrapper
+from bide.engine.store.base import MAX_COMMIT_ITEMS
 
 
 async def step(task: TaskView, rt: TaskRuntime) -> None:

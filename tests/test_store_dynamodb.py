@@ -6,15 +6,10 @@ skipped with the reason when it is unset; CI sets it), with S3 offload on a moto
 
 from __future__ import annotations
 
+import time
+
 import pytest
-
-pytest.register_assert_rewrite(
-    "store_contract", "store_contract_absent", "aws_fixtures", "dynamodb_checks"
-)
-
-import time  # noqa: E402
-
-from aws_fixtures import (  # noqa: E402
+from aws_fixtures import (
     AwsBench,
     FaultyClient,
     aws_bench,
@@ -22,13 +17,13 @@ from aws_fixtures import (  # noqa: E402
     fail_before,
     unique,
 )
-from dynamodb_checks import DynamoDBAdapterChecks, record  # noqa: E402
-from store_contract import StoreContract  # noqa: E402
+from dynamodb_checks import DynamoDBAdapterChecks, record
+from store_contract import StoreContract
 
-from bide.aws.dynamodb import PARTITION_KEY, SORT_KEY, DynamoDBStore  # noqa: E402
-from bide.aws.retention import EXPIRES_AT  # noqa: E402
-from bide.engine.errors import DocumentExists  # noqa: E402
-from bide.engine.store.base import Doc  # noqa: E402
+from bide.aws.dynamodb import PARTITION_KEY, SORT_KEY, DynamoDBStore
+from bide.aws.retention import EXPIRES_AT
+from bide.engine.errors import DocumentExists
+from bide.engine.store.base import Doc
 
 __all__ = ["aws_bench"]  # a fixture, imported for pytest to find
 

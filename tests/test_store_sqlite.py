@@ -7,12 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from store_contract import StoreContract
 
-pytest.register_assert_rewrite("store_contract", "store_contract_absent")
-
-from store_contract import StoreContract  # noqa: E402
-
-from bide.engine.store import SQLiteStore  # noqa: E402
+from bide.engine.store import SQLiteStore
 
 
 class TestSQLiteInMemory(StoreContract):

@@ -17,10 +17,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("aws_fixtures", "limits_fixtures")
-from aws_fixtures import moto_bench, unique  # noqa: E402
-from limits_fixtures import (  # noqa: E402
+from aws_fixtures import moto_bench, unique
+from limits_fixtures import (
     BLOB,
     HOLDER,
     RAISER,
@@ -34,7 +32,7 @@ from limits_fixtures import (  # noqa: E402
     post_json,
 )
 
-from bide import (  # noqa: E402
+from bide import (
     ManualClock,
     SequentialIds,
     SQLiteStore,
@@ -42,9 +40,9 @@ from bide import (  # noqa: E402
     constants,
     deliver_signal,
 )
-from bide.engine.harness import Harness  # noqa: E402
-from bide.engine.host import host_commit  # noqa: E402
-from bide.engine.limits import (  # noqa: E402
+from bide.engine.harness import Harness
+from bide.engine.host import host_commit
+from bide.engine.limits import (
     ENVELOPE_DEPTH,
     MAX_JSON_DEPTH,
     MAX_TASK_PENDING_SIGNALS,
@@ -57,14 +55,14 @@ from bide.engine.limits import (  # noqa: E402
     ValueTooLarge,
     value_bytes,
 )
-from bide.engine.store.base import Store as StorePort  # noqa: E402
-from bide.promises import (  # noqa: E402
+from bide.engine.store.base import Store as StorePort
+from bide.promises import (
     create_promise,
     promise_task_kinds,
     read_promise,
     resolve_promise,
 )
-from bide.testing import deliver_webhook  # noqa: E402
+from bide.testing import deliver_webhook
 
 DEEP_OK, TOO_DEEP = MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1
 

@@ -21,16 +21,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from aws_fixtures import unique
+from handler_fixtures import REPLY, Bench, FakeContext, aws_fixture, make_bench, run
 
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
-from aws_fixtures import unique  # noqa: E402
-from handler_fixtures import REPLY, Bench, FakeContext, aws_fixture, make_bench, run  # noqa: E402
-
-from bide.aws.scheduler import alarm_minute, at_expression, schedule_name  # noqa: E402
-from bide.aws.sqs import SqsDeadLetters, parse_dead_letter  # noqa: E402
-from bide.constants import FIFO_DEDUPLICATION_SECONDS  # noqa: E402
-from bide.service import signals, worker_batch  # noqa: E402
-from bide.service.http import handle_worker  # noqa: E402
+from bide.aws.scheduler import alarm_minute, at_expression, schedule_name
+from bide.aws.sqs import SqsDeadLetters, parse_dead_letter
+from bide.constants import FIFO_DEDUPLICATION_SECONDS
+from bide.service import signals, worker_batch
+from bide.service.http import handle_worker
 
 __all__ = ["aws_fixture"]
 

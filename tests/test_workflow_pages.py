@@ -11,9 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("page_kit")
-from page_kit import (  # noqa: E402
+from page_kit import (
     ENVELOPE_BYTES,
     DirectClient,
     get,
@@ -22,15 +20,15 @@ from page_kit import (  # noqa: E402
     sqlite_deps,
 )
 
-from bide.engine.records import TaskRecord  # noqa: E402
-from bide.engine.state import Sleeping  # noqa: E402
-from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc  # noqa: E402
-from bide.local.watch import read_snapshot  # noqa: E402
-from bide.service.deps import Deps  # noqa: E402
-from bide.service.pages import MAX_PAGE_BYTES, MAX_PAGE_LIMIT  # noqa: E402
-from bide.workflow.index import index_key  # noqa: E402
-from bide.workflow.nondeterminism import NONDETERMINISM_PREFIX  # noqa: E402
-from bide.workflow.requests import ask_key  # noqa: E402
+from bide.engine.records import TaskRecord
+from bide.engine.state import Sleeping
+from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc
+from bide.local.watch import read_snapshot
+from bide.service.deps import Deps
+from bide.service.pages import MAX_PAGE_BYTES, MAX_PAGE_LIMIT
+from bide.workflow.index import index_key
+from bide.workflow.nondeterminism import NONDETERMINISM_PREFIX
+from bide.workflow.requests import ask_key
 
 BACKGROUND = 600  # more than the largest page
 ASKS = 130
