@@ -26,6 +26,7 @@ from .state import (
     Terminal,
     Waiting,
     WakeExpired,
+    WakeHeartbeat,
     WakeReason,
     WakeSignal,
     WakeTasks,
@@ -156,15 +157,14 @@ def decide_signal(
 
 
 def deadline_passed_for(record: TaskRecord, slot: str, now: float) -> bool:
-    """True when the task sleeps on ``slot`` and that sleep's deadline has passed: a value
-    arriving now would contradict the ``expired`` wake the task is about to get."""
+    """True when the task sleeps on ``slot`` and that sleep's deadline (``until``, or a
+    missed heartbeat's ``beat_by``) has passed: a value arriving now would contradict the
+    ``expired`` or ``heartbeat`` wake the task is about to get."""
     state = record.state
-    return (
-        isinstance(state, Sleeping)
-        and state.until is not None
-        and state.until <= now
-        and any(k.slot == slot for k in state.signals)
-    )
+    if not isinstance(state, Sleeping):
+        return False
+    deadline = state.deadline
+    return deadline is not None and deadline <= now and any(k.slot == slot for k in state.signals)
 
 
 # --- parking ---------------------------------------------------------------------------------
@@ -175,6 +175,11 @@ def check_sleep(record: TaskRecord, sleep: Sleeping, *, moved: SlotLookup) -> No
     key that is not on the record is looked up with ``moved`` (one document read each)."""
     if sleep.until is None and not sleep.signals:
         raise InvalidPark(f"task {record.id!r}: a sleep needs 'until', 'signals', or both")
+    if sleep.heartbeat is not None and not sleep.signals:
+        raise InvalidPark(
+            f"task {record.id!r}: a sleep with a heartbeat needs a listed key to beat on "
+            "(a beat names the key); list one, or sleep without 'heartbeat'"
+        )
     seen: set[str] = set()
     for key in sleep.signals:
         if key.slot in seen:
@@ -263,7 +268,8 @@ class Wakeup:
 
 def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
     """First listed key holding an unused value wins; otherwise the deadline, which expires
-    every listed key with no value."""
+    every listed key with no value: ``until`` (:class:`WakeExpired`, also when a missed beat
+    falls at the same time) or a missed heartbeat's ``beat_by`` (:class:`WakeHeartbeat`)."""
     state = record.state
     if not isinstance(state, Sleeping):
         return None
@@ -274,7 +280,8 @@ def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
             return Wakeup(
                 WakeSignal(signal=key.signal, key=key.key), {**record.signals, key.slot: consumed}
             )
-    if state.until is None or state.until > now:
+    deadline = state.deadline
+    if deadline is None or deadline > now:
         return None
     if not state.signals:
         return Wakeup(WakeTime(), record.signals)
@@ -283,7 +290,10 @@ def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
         slot = signals.get(key.slot) or SignalSlot()
         if not slot.has_value:
             signals[key.slot] = slot.model_copy(update={"expired": True})
-    return Wakeup(WakeExpired(), signals)
+    if state.until is not None and state.until <= now:
+        return Wakeup(WakeExpired(), signals)
+    assert state.beat_by is not None  # the deadline that passed, since until did not
+    return Wakeup(WakeHeartbeat(missed_at=state.beat_by), signals)
 
 
 def wait_wakeup(record: TaskRecord, outcome_of: OutcomeOf) -> Wakeup | None:
@@ -425,8 +435,9 @@ def compute_wake(
             )
         ):
             active = True
-        if isinstance(state, Sleeping) and state.until is not None and not record.abort_marked:
-            at = state.until if at is None else min(at, state.until)
+        deadline = state.deadline if isinstance(state, Sleeping) else None
+        if deadline is not None and not record.abort_marked:
+            at = deadline if at is None else min(at, deadline)
     return Wake(active=active, at=at)
 
 

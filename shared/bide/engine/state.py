@@ -35,6 +35,15 @@ class WakeExpired(_Frozen):
     reason: Literal["expired"] = "expired"
 
 
+class WakeHeartbeat(_Frozen):
+    """A sleep with a ``heartbeat`` got no beat by ``missed_at`` (its ``beat_by``), before
+    ``until`` and before any listed signal: the open keys are now expired, as for
+    :class:`WakeExpired`."""
+
+    reason: Literal["heartbeat"] = "heartbeat"
+    missed_at: float
+
+
 class WakeSignal(_Frozen):
     """The named key holds a value (read it with ``read_signal``); the key is now consumed."""
 
@@ -51,7 +60,8 @@ class WakeTasks(_Frozen):
 
 
 WakeReason = Annotated[
-    WakeTime | WakeExpired | WakeSignal | WakeTasks, Field(discriminator="reason")
+    WakeTime | WakeExpired | WakeHeartbeat | WakeSignal | WakeTasks,
+    Field(discriminator="reason"),
 ]
 
 
@@ -147,14 +157,28 @@ class Waiting(_Frozen):
 
 
 class Sleeping(_Frozen):
-    """Parked until a time, the first listed key that holds a value, or whichever comes first."""
+    """Parked until a time, the first listed key that holds a value, or whichever comes first.
+
+    ``heartbeat`` (seconds, with at least one listed key): the sender must beat at least that
+    often (:mod:`bide.engine.heartbeats`); ``beat_by`` is when the next beat is due, set by
+    the engine when the sleep parks and moved by each beat (a phase's own value is ignored).
+    A missed beat wakes the task with :class:`WakeHeartbeat`; ``until`` stays the hard
+    deadline (:class:`WakeExpired`)."""
 
     status: Literal["sleeping"] = "sleeping"
     checkpoint: Checkpoint
     until: float | None = None
     signals: tuple[SignalKey[Any], ...] = ()
+    heartbeat: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    beat_by: float | None = None
 
     _c = field_validator("checkpoint", mode="before")(_checkpoint)
+
+    @property
+    def deadline(self) -> float | None:
+        """The earliest time this sleep wakes without a value: ``until`` or ``beat_by``."""
+        times = [t for t in (self.until, self.beat_by) if t is not None]
+        return min(times) if times else None
 
 
 class Completing(_Frozen):
