@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from bide import (
     Completed,
     InvalidPark,
-    SignalSlot,
     SignalResult,
+    SignalSlot,
     SignalValue,
     Sleeping,
     TaskRuntime,

@@ -402,6 +402,8 @@ def test_routes_and_their_authorization(stack, template):
     assert {key: props["AuthorizationType"] for key, props in by_key.items()} == {
         "POST /hooks/{token}": "NONE",
         "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}": "AWS_IAM",
+        "POST /hooks/{token}/heartbeat": "NONE",
+        "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/heartbeat": "AWS_IAM",
         "ANY /sessions": "AWS_IAM",
         "ANY /sessions/{proxy+}": "AWS_IAM",
     }
@@ -420,6 +422,11 @@ def test_routes_and_their_authorization(stack, template):
         target_function("POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}")
         == signal_id
     )
+    for beat in (
+        "POST /hooks/{token}",
+        "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}",
+    ):
+        assert target_function(beat + "/heartbeat") == signal_id
     assert target_function("ANY /sessions") == api_id
     assert target_function("ANY /sessions/{proxy+}") == api_id
     # API Gateway may invoke exactly these two functions.

@@ -441,7 +441,8 @@ def test_the_webhook_route_has_its_own_throttle(stack, template) -> None:
         "ThrottlingRateLimit": 100,
     }
     assert props["RouteSettings"] == {
-        "POST /hooks/{token}": {"ThrottlingBurstLimit": 40, "ThrottlingRateLimit": 20}
+        "POST /hooks/{token}": {"ThrottlingBurstLimit": 40, "ThrottlingRateLimit": 20},
+        "POST /hooks/{token}/heartbeat": {"ThrottlingBurstLimit": 40, "ThrottlingRateLimit": 20},
     }
     # RouteSettings may only name a route that exists: the stage is deployed after it.
     assert _id(stack, stack.service.webhook_route) in stage["DependsOn"]
@@ -454,7 +455,8 @@ def test_the_webhook_throttle_is_a_prop() -> None:
     )
     props = _stage(Template.from_stack(stack), stack)["Properties"]
     assert props["RouteSettings"] == {
-        "POST /hooks/{token}": {"ThrottlingBurstLimit": 7, "ThrottlingRateLimit": 5}
+        "POST /hooks/{token}": {"ThrottlingBurstLimit": 7, "ThrottlingRateLimit": 5},
+        "POST /hooks/{token}/heartbeat": {"ThrottlingBurstLimit": 7, "ThrottlingRateLimit": 5},
     }
     assert props["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 60, "ThrottlingRateLimit": 50}
 

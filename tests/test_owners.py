@@ -106,6 +106,11 @@ SESSION_ROUTES: dict[str, tuple[str, str, Any]] = {
         "/sessions/{sid}/tasks/t-1/signals/test.reply/done",
         {"text": "x"},
     ),
+    SIGNAL_ROUTES["signal_beat"]: (
+        "POST",
+        "/sessions/{sid}/tasks/t-1/signals/test.reply/done/heartbeat",
+        None,
+    ),
 }
 #: Routes not about one session: the caller's own listing.
 CALLER_ROUTES = {"GET /sessions"}
@@ -151,7 +156,10 @@ def create(deps: Deps, principal: str, sid: str | None = None) -> str:
 
 
 def test_every_iam_route_is_in_the_owner_table() -> None:
-    assert set(SESSION_ROUTES) | CALLER_ROUTES == set(API_ROUTES) | {SIGNAL_ROUTES["signal"]}
+    assert set(SESSION_ROUTES) | CALLER_ROUTES == set(API_ROUTES) | {
+        SIGNAL_ROUTES["signal"],
+        SIGNAL_ROUTES["signal_beat"],
+    }
 
 
 @pytest.mark.parametrize("route", sorted(SESSION_ROUTES))

@@ -48,6 +48,8 @@ DEFAULT_THROTTLE = apigw.ThrottleSettings(rate_limit=100, burst_limit=200)
 #: https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-apigatewayv2-stage-routesettings.html).
 DEFAULT_WEBHOOK_THROTTLE = apigw.ThrottleSettings(rate_limit=20, burst_limit=40)
 WEBHOOK_ROUTE_KEY = "POST /hooks/{token}"
+#: A heartbeat on a webhook's key: unauthenticated like the webhook, with its limits.
+WEBHOOK_BEAT_ROUTE_KEY = "POST /hooks/{token}/heartbeat"
 
 
 @jsii.implements(apigw.IAccessLogSettings)
@@ -88,7 +90,7 @@ class Api:
         throttle: apigw.ThrottleSettings | None,
         webhook_throttle: apigw.ThrottleSettings = DEFAULT_WEBHOOK_THROTTLE,
     ) -> tuple[apigw.HttpStage, apigw.HttpRoute]:
-        """The ``$default`` stage and the four routes; returns the stage and the webhook's.
+        """The ``$default`` stage and the six routes; returns the stage and the webhook's.
         ``throttle`` is the stage's default (the IAM routes); ``webhook_throttle`` the webhook
         route's own."""
         access_logs = logs.LogGroup(
@@ -125,6 +127,20 @@ class Api:
             integration=signal,
             authorizer=iam_auth,
         )
+        # Heartbeats (bide.service.beats): the same two paths ending in /heartbeat, each
+        # authorised like the path it extends.
+        (beat_route,) = self.http_api.add_routes(
+            path="/hooks/{token}/heartbeat",
+            methods=[apigw.HttpMethod.POST],
+            integration=signal,
+            authorizer=apigw.HttpNoneAuthorizer(),
+        )
+        self.http_api.add_routes(
+            path="/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/heartbeat",
+            methods=[apigw.HttpMethod.POST],
+            integration=signal,
+            authorizer=iam_auth,
+        )
         for path in ("/sessions", "/sessions/{proxy+}"):
             self.http_api.add_routes(
                 path=path, methods=[apigw.HttpMethod.ANY], integration=sessions, authorizer=iam_auth
@@ -132,12 +148,14 @@ class Api:
         # The L2 stage has no per-route settings: set them on its CloudFormation resource.
         cfn_stage = stage.node.default_child
         assert isinstance(cfn_stage, apigw.CfnStage)
+        webhook_limits = {
+            "ThrottlingBurstLimit": webhook_throttle.burst_limit,
+            "ThrottlingRateLimit": webhook_throttle.rate_limit,
+        }
         cfn_stage.route_settings = {
-            WEBHOOK_ROUTE_KEY: {
-                "ThrottlingBurstLimit": webhook_throttle.burst_limit,
-                "ThrottlingRateLimit": webhook_throttle.rate_limit,
-            }
+            WEBHOOK_ROUTE_KEY: webhook_limits,
+            WEBHOOK_BEAT_ROUTE_KEY: webhook_limits,
         }
         # A stage's RouteSettings may only name routes that exist when it is deployed.
-        cfn_stage.node.add_dependency(webhook_route)
+        cfn_stage.node.add_dependency(webhook_route, beat_route)
         return stage, webhook_route

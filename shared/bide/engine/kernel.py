@@ -33,9 +33,9 @@ from typing import Any, Protocol, TypeVar
 from . import slots
 from .clock import Clock
 from .errors import DefinitionError
+from .heartbeats import decide_beat
 from .ids import IdSource
 from .records import TaskRecord
-from .heartbeats import decide_beat
 from .rules import SignalDecision, decide_signal
 from .signals import SignalToken
 from .slots import SlotLookup

@@ -79,6 +79,10 @@ class Route:
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/hooks/{token}", "signal"),
     Route("POST", "/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}", "signal"),
+    Route("POST", "/hooks/{token}/heartbeat", "signal"),
+    Route(
+        "POST", "/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/heartbeat", "signal"
+    ),
     Route("ANY", "/sessions", "api"),
     Route("ANY", "/sessions/{proxy+}", "api"),
 )

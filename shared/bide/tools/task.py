@@ -186,6 +186,7 @@ async def _gate_sleep(
             checkpoint={"phase": "call", "registry": started},
             until=sleep.until,
             signals=tuple(sleep.signals),
+            heartbeat=sleep.heartbeat,
         )
         await rt.commit(state)
     except (InvalidPark, ValidationError) as exc:
@@ -245,7 +246,10 @@ async def _park(
     try:
         if isinstance(park, Sleep):
             state: Sleeping | Waiting = Sleeping(
-                checkpoint=checkpoint, until=park.until, signals=tuple(park.signals)
+                checkpoint=checkpoint,
+                until=park.until,
+                signals=tuple(park.signals),
+                heartbeat=park.heartbeat,
             )
         else:
             state = Waiting(checkpoint=checkpoint, on=tuple(park.on), policy=park.policy)

@@ -308,7 +308,10 @@ async def _park(kinds: _Kinds, task: TaskView, rt: Runtime, park: Sleep | Wait) 
     try:
         if isinstance(park, Sleep):
             state: Sleeping | Waiting = Sleeping(
-                checkpoint=checkpoint, until=park.until, signals=tuple(park.signals)
+                checkpoint=checkpoint,
+                until=park.until,
+                signals=tuple(park.signals),
+                heartbeat=park.heartbeat,
             )
         else:
             state = Waiting(checkpoint=checkpoint, on=tuple(park.on), policy=park.policy)
