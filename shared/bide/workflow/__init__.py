@@ -57,6 +57,7 @@ from .define import define_background_tool, define_workflow_tool, result_of_valu
 from .errors import (
     Cancelled,
     FatalError,
+    HeartbeatMissed,
     NonDeterminism,
     StepFailed,
     SubagentFailed,
@@ -94,6 +95,7 @@ __all__ = [
     "BackgroundTaskInfo",
     "Cancelled",
     "FatalError",
+    "HeartbeatMissed",
     "InMemoryAuthProviders",
     "InputRequest",
     "NonDeterminism",

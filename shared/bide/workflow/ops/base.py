@@ -50,6 +50,8 @@ class Pending:
     keys: tuple[SignalKey[Any], ...] = ()
     bells: tuple[str, ...] = ()
     until: float | None = None
+    heartbeat: float | None = None
+    """Seconds: a beat on one of ``keys`` must come this often (see ``ctx.wait_for``)."""
 
 
 Outcome = Ready | Raise | Pending

@@ -81,6 +81,10 @@ class RaceOp(Op[Any]):
             raise WorkflowError("a race needs at least one operation")
         if timeout is not None and timeout < 0:
             raise WorkflowError(f"a race's timeout must be >= 0 seconds, not {timeout}")
+        for op in ops:
+            if getattr(op, "heartbeat", None) is not None:
+                # A missed beat expires every key the race sleeps on, not only this one's.
+                raise WorkflowError(f"{op!r} has a heartbeat and cannot be raced; use timeout=")
         super().__init__(ctx, "race" if legacy else "first")
         self._ops = list(ops)
         self._timeout = timeout
