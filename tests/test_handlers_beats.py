@@ -53,6 +53,23 @@ def hook_beat(token: str, raw: bytes | None = None, **kw: Any) -> dict:
     return http_event("POST", f"/hooks/{token}/heartbeat", raw=raw, route_key=route, **kw)
 
 
+def counted(b: Bench, action: Any) -> tuple[Any, list[str]]:
+    """``action()``'s result and the AWS requests it made (DynamoDB, SQS, Scheduler), sorted."""
+    made: list[str] = []
+
+    def count(model: Any, **_: Any) -> None:
+        made.append(model.name)
+
+    clients = {id(c): c for c in (b.ddb, b.sqs, b.scheduler)}
+    for client in clients.values():
+        client.meta.events.register("before-parameter-build.*.*", count)
+    try:
+        return action(), sorted(made)
+    finally:
+        for client in clients.values():
+            client.meta.events.unregister("before-parameter-build.*.*", count)
+
+
 def parked(b: Bench, **round_: Any) -> tuple[str, str]:
     sid = unique("s")
     task_id = b.start_napper([{"keys": ["k"], "after": 2 * HOUR, "heartbeat": BEAT, **round_}], sid)
@@ -72,20 +89,9 @@ def test_a_beat_reads_writes_once_and_queues_no_wake(bench: Bench) -> None:
     # docs/performance.md: the owner check, one read of the head and the task together, the
     # conditional commit. No SendMessage: no worker runs for a beat.
     sid, task_id = parked(bench)
-    made: list[str] = []
-
-    def count(model: Any, **_: Any) -> None:
-        made.append(model.name)
-
-    clients = {id(c): c for c in (bench.ddb, bench.sqs, bench.scheduler)}
-    for client in clients.values():
-        client.meta.events.register("before-parameter-build.*.*", count)
-    try:
-        assert post(bench, beat_event(sid, task_id))[0] == 202
-    finally:
-        for client in clients.values():
-            client.meta.events.unregister("before-parameter-build.*.*", count)
-    assert sorted(made) == ["GetItem", "TransactGetItems", "TransactWriteItems"]
+    (status, _), made = counted(bench, lambda: post(bench, beat_event(sid, task_id)))
+    assert status == 202
+    assert made == ["GetItem", "TransactGetItems", "TransactWriteItems"]
     assert bench.queued() == []
 
 
@@ -172,7 +178,10 @@ def parked_hook(b: Bench, **arguments: Any) -> tuple[str, str, str]:
 def test_a_webhook_beat_with_an_empty_body_moves_the_deadline(bench: Bench) -> None:
     sid, task_id, token = parked_hook(bench)
     bench.clock.advance(60)
-    assert post(bench, hook_beat(token)) == (202, {"result": "delivered", "errors": []})
+    answer, made = counted(bench, lambda: post(bench, hook_beat(token)))
+    assert answer == (202, {"result": "delivered", "errors": []})
+    # The binding's read, the head and task read together, the commit: no SendMessage.
+    assert made == ["GetItem", "TransactGetItems", "TransactWriteItems"]
     assert bench.task(sid, task_id).state.beat_by == bench.clock.now() + BEAT
     assert bench.queued() == []
     # Missed: the tool call wakes with its keys expired.
@@ -198,3 +207,19 @@ def test_a_signed_webhook_refuses_an_unsigned_beat(bench: Bench) -> None:
     assert bench.seq(sid) == seq + 1
     other = token[:-8] + "0" * 8
     assert post(bench, hook_beat(other))[0] == 404
+
+
+def test_the_spare_wake_a_beat_leaves_costs_one_load_and_one_arming(bench: Bench) -> None:
+    # What the per-interval spare wake costs the worker (docs/architecture.md, "Heartbeats"):
+    # the session's load and the re-arming; no write to the table.
+    sid, task_id = parked(bench)
+    bench.clock.advance(BEAT - 60)
+    assert post(bench, beat_event(sid, task_id))[0] == 202
+    bench.clock.advance(120)
+    bench.fire_alarm(sid)
+    # The SQS requests are the bench's poller (ReceiveMessage, DeleteMessage), not bide's.
+    _, made = counted(bench, bench.drain)
+    made = [name for name in made if name not in ("ReceiveMessage", "DeleteMessage")]
+    # The fired schedule deleted itself (ActionAfterCompletion DELETE): a create, not an update.
+    assert sorted(made) == ["CreateSchedule", "Query"]
+    assert bench.task(sid, task_id).state.status == "sleeping"
