@@ -210,8 +210,8 @@ def test_a_signed_webhook_refuses_an_unsigned_beat(bench: Bench) -> None:
 
 
 def test_the_spare_wake_a_beat_leaves_costs_one_load_and_one_arming(bench: Bench) -> None:
-    # What the per-interval spare wake costs the worker (docs/architecture.md, "Heartbeats"):
-    # the session's load and the re-arming; no write to the table.
+    # What the per-interval spare wake costs the worker (docs/architecture.md, "Wake path on
+    # AWS"): the session's load and the re-arming; no write to the table.
     sid, task_id = parked(bench)
     bench.clock.advance(BEAT - 60)
     assert post(bench, beat_event(sid, task_id))[0] == 202

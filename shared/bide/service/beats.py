@@ -4,8 +4,8 @@ A beat (:mod:`bide.engine.heartbeats`) is one conditional write of the task and 
 unlike a signal value it queues no wake, so no worker runs for it. The session's alarm stays
 armed at the earlier deadline; when it fires, the worker finds nothing due (the beat moved
 ``beat_by``) and arms again at the new deadline: one spare wake per alarm a beat overtakes
-(docs/architecture.md, "Heartbeats"). A missed beat is then noticed by that alarm exactly as a
-passed ``until`` is.
+(docs/architecture.md, "Wake path on AWS"). A missed beat is then noticed by that alarm
+exactly as a passed ``until`` is.
 
 The body of a beat is ignored (an empty one is fine) but, on a webhook that asks for
 signatures, it is what the signature covers, exactly as for a value: an unsigned beat to a
