@@ -265,3 +265,57 @@ def test_check_sleep_refuses_a_heartbeat_without_keys():
             check_sleep(k.h.task(t), sleep, moved=nothing_moved)
 
     run(go())
+
+
+# --- a deadline that leaves the keys open (workflow races; issue 13 part 3) -----------------
+
+
+async def _sleep_open(task: TaskView, rt: TaskRuntime) -> None:
+    await rt.commit(
+        Sleeping(
+            checkpoint="woke",
+            signals=(ANSWER.key("a"),),
+            until=rt.now() + 60,
+            expire_on_deadline=task.input.get("expire", True),
+        )
+    )
+
+
+OPEN = define_task("test.open", 1, lambda _: "sleep", {"sleep": _sleep_open, "woke": _woke})
+
+
+def test_a_deadline_that_keeps_keys_open_wakes_with_time_and_takes_later_values():
+    async def go():
+        k = Kit(OPEN)
+        await k.h.open()
+        t = await k.h.create_task(OPEN, {"expire": False})
+        await k.h.run_until_parked()
+        assert k.h.wake().at == k.clock.now() + 60
+        k.clock.advance(60)
+        # The deadline passed, no worker ran: the key is open, so the value is delivered
+        # (nothing will report it timed out) and the phase the deadline wakes reads it.
+        assert await k.h.signal(t, ANSWER, "a", {"text": "after"}) == D
+        await k.h.run_until_parked()
+        assert k.h.outcome(t).result["wake"]["reason"] == "signal"  # the value came first
+
+        t2 = await k.h.create_task(OPEN, {"expire": False}, key="two")
+        await k.h.run_until_parked()
+        k.clock.advance(60)
+        await k.h.run_until_parked()
+        assert k.h.outcome(t2).result == {"wake": {"reason": "time"}, "a": None}
+
+    run(go())
+
+
+def test_a_heartbeat_sleep_must_expire_its_keys():
+    from bide.engine.rules import check_sleep
+
+    async def go():
+        k, t = await parked()
+        sleep = Sleeping(
+            checkpoint="x", signals=(ANSWER.key("b"),), heartbeat=5.0, expire_on_deadline=False
+        )
+        with pytest.raises(InvalidPark, match="cannot set expire_on_deadline=False"):
+            check_sleep(k.h.task(t), sleep, moved=nothing_moved)
+
+    run(go())

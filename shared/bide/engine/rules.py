@@ -161,8 +161,8 @@ def deadline_passed_for(record: TaskRecord, slot: str, now: float) -> bool:
     missed heartbeat's ``beat_by``) has passed: a value arriving now would contradict the
     ``expired`` or ``heartbeat`` wake the task is about to get."""
     state = record.state
-    if not isinstance(state, Sleeping):
-        return False
+    if not isinstance(state, Sleeping) or not state.expire_on_deadline:
+        return False  # the deadline leaves the keys open: nothing to contradict
     deadline = state.deadline
     return deadline is not None and deadline <= now and any(k.slot == slot for k in state.signals)
 
@@ -179,6 +179,11 @@ def check_sleep(record: TaskRecord, sleep: Sleeping, *, moved: SlotLookup) -> No
         raise InvalidPark(
             f"task {record.id!r}: a sleep with a heartbeat needs a listed key to beat on "
             "(a beat names the key); list one, or sleep without 'heartbeat'"
+        )
+    if sleep.heartbeat is not None and not sleep.expire_on_deadline:
+        raise InvalidPark(
+            f"task {record.id!r}: a missed heartbeat expires the keys; a sleep with a "
+            "heartbeat cannot set expire_on_deadline=False"
         )
     seen: set[str] = set()
     for key in sleep.signals:
@@ -269,7 +274,9 @@ class Wakeup:
 def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
     """First listed key holding an unused value wins; otherwise the deadline, which expires
     every listed key with no value: ``until`` (:class:`WakeExpired`, also when a missed beat
-    falls at the same time) or a missed heartbeat's ``beat_by`` (:class:`WakeHeartbeat`)."""
+    falls at the same time) or a missed heartbeat's ``beat_by`` (:class:`WakeHeartbeat`). A
+    sleep with ``expire_on_deadline=False`` wakes at its deadline with :class:`WakeTime` and
+    leaves its keys open."""
     state = record.state
     if not isinstance(state, Sleeping):
         return None
@@ -283,7 +290,7 @@ def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
     deadline = state.deadline
     if deadline is None or deadline > now:
         return None
-    if not state.signals:
+    if not state.signals or not state.expire_on_deadline:
         return Wakeup(WakeTime(), record.signals)
     signals = dict(record.signals)
     for key in state.signals:

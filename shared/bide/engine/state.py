@@ -24,7 +24,8 @@ class _Frozen(BaseModel):
 
 
 class WakeTime(_Frozen):
-    """``until`` was reached by a sleep that listed no signals."""
+    """``until`` was reached by a sleep that listed no signals, or by one with
+    ``expire_on_deadline=False`` (its keys stay open)."""
 
     reason: Literal["time"] = "time"
 
@@ -163,7 +164,12 @@ class Sleeping(_Frozen):
     often (:mod:`bide.engine.heartbeats`); ``beat_by`` is when the next beat is due, set by
     the engine when the sleep parks and moved by each beat (a phase's own value is ignored).
     A missed beat wakes the task with :class:`WakeHeartbeat`; ``until`` stays the hard
-    deadline (:class:`WakeExpired`)."""
+    deadline (:class:`WakeExpired`).
+
+    ``expire_on_deadline=False`` (no heartbeat): the deadline wakes the task with
+    :class:`WakeTime` and leaves the listed keys open, so a value that comes later is still
+    delivered (and read by a later wait on the key); used by workflow races, whose losers stay
+    usable."""
 
     status: Literal["sleeping"] = "sleeping"
     checkpoint: Checkpoint
@@ -171,6 +177,7 @@ class Sleeping(_Frozen):
     signals: tuple[SignalKey[Any], ...] = ()
     heartbeat: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     beat_by: float | None = None
+    expire_on_deadline: bool = True
 
     _c = field_validator("checkpoint", mode="before")(_checkpoint)
 

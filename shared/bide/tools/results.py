@@ -75,6 +75,8 @@ class Sleep:
     heartbeat: float | None = None
     """Seconds: the sender must beat on a listed key at least this often, or the call wakes
     with :class:`~bide.engine.state.WakeHeartbeat` (its keys expired)."""
+    expire_on_deadline: bool = True
+    """False: ``until`` wakes the call with ``WakeTime`` and leaves its keys open."""
 
 
 @dataclass(frozen=True)

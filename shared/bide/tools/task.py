@@ -187,6 +187,7 @@ async def _gate_sleep(
             until=sleep.until,
             signals=tuple(sleep.signals),
             heartbeat=sleep.heartbeat,
+            expire_on_deadline=sleep.expire_on_deadline,
         )
         await rt.commit(state)
     except (InvalidPark, ValidationError) as exc:
@@ -250,6 +251,7 @@ async def _park(
                 until=park.until,
                 signals=tuple(park.signals),
                 heartbeat=park.heartbeat,
+                expire_on_deadline=park.expire_on_deadline,
             )
         else:
             state = Waiting(checkpoint=checkpoint, on=tuple(park.on), policy=park.policy)

@@ -312,6 +312,7 @@ async def _park(kinds: _Kinds, task: TaskView, rt: Runtime, park: Sleep | Wait) 
                 until=park.until,
                 signals=tuple(park.signals),
                 heartbeat=park.heartbeat,
+                expire_on_deadline=park.expire_on_deadline,
             )
         else:
             state = Waiting(checkpoint=checkpoint, on=tuple(park.on), policy=park.policy)

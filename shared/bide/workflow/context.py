@@ -489,6 +489,7 @@ class WorkflowContext:
             until=pending.until,
             signals=pending.keys,
             heartbeat=pending.heartbeat,
+            expire_on_deadline=pending.expire,
         )
         self._suspended = True
         raise _Suspend()
