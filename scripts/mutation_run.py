@@ -90,6 +90,14 @@ MUTANTS: tuple[Mutant, ...] = (
         what="a sleep's deadline ignores beat_by (alarm at until, a missed beat noticed late)",
     ),
     Mutant(
+        name="race-expires-losers",
+        path="shared/bide/workflow/ops/race.py",
+        find="deadline, expire=own)",
+        replace="deadline, expire=True)",
+        tests=("tests/test_workflow_race.py",),
+        what="a race's deadline expires its wait_for members' keys (a lost wait_for is unusable)",
+    ),
+    Mutant(
         name="wake-path-still-active",
         path="shared/bide/service/worker.py",
         find=(
