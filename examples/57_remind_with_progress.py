@@ -1,8 +1,9 @@
 """57: a reminder that reports progress and posts a message (design 003, "Report progress").
 
-``ctx.progress(value)`` is stream-only: a UI shows it, the model never sees it and the agent
-is not woken. ``await task.post_message(text)`` is the one-way channel to the parent: it wakes
-the agent with a message attributed to the task (queued while the agent is busy, sent once).
+``ctx.progress(value)`` is for the event stream only (``progress`` events, coalesced): a UI
+shows it, the model never sees it and the agent is not woken. ``await
+task.post_message(text)`` is the one-way channel to the parent: it wakes the agent with a
+message attributed to the task (queued while the agent is busy, sent once).
 The return value arrives last, as the completion notification.
 """
 
@@ -28,7 +29,7 @@ class RemindArgs(BaseModel):
 
 
 async def remind_with_progress(args: RemindArgs, ctx: Any, task: Any) -> dict[str, str]:
-    ctx.progress({"status": "preparing reminder"})  # stream-only
+    ctx.progress({"status": "preparing reminder"})  # the event stream only
     await task.post_message(f"Reminder scheduled for {args.delay_minutes:.0f} minutes from now.")
     await ctx.sleep(minutes=args.delay_minutes)
     return {"reminder": args.note}

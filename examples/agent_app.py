@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from bide import HOUR, DefinitionError, SignalValue, define_signal
+from bide import HOUR, DefinitionError, SignalFailed, SignalValue, define_signal
 from bide.agent import Agent
 from bide.agent.providers import ModelProvider, ModelRequest, ModelResponse, ToolResultMessage
 from bide.agent.providers.scripted import ScriptedProvider, call_tool, reply
@@ -61,6 +61,8 @@ async def run_ci(args: CiArgs, api: Any) -> ToolResult | Sleep:
         result: CiResult = state.value
         text = f"CI {result.status} on {args.ref}: {result.log_url}"
         return ToolResult.of_text(text, is_error=result.status != "passed")
+    if isinstance(state, SignalFailed):  # the CI posted to <webhook>/failure: the call fails
+        raise state.error()
     if state is not None:  # the key expired: the deadline came first
         return ToolResult.of_text(f"CI on {args.ref} did not report within 2 hours", is_error=True)
     # A rerun of this run (after a crash) finds the same webhook and build: both are memoized,

@@ -35,6 +35,7 @@ from bide import (
     ManualClock,
     RandomIds,
     SignalExpired,
+    SignalFailed,
     SignalValue,
     Sleeping,
     Terminal,
@@ -131,6 +132,8 @@ def napper(probe: Probe):
             state = await rt.read_signal(REPLY, key)
             if isinstance(state, SignalValue):
                 values[key] = state.value.text
+            if isinstance(state, SignalFailed):  # a failure instead of a value (issue 13)
+                values[key] = f"failed: {state.type}: {state.message}"
         if not values and index + 1 < len(rounds):
             await rt.commit(park(rt, index + 1, rounds))
             return
@@ -159,6 +162,8 @@ def tools(probe: Probe) -> ToolRegistry:
             return ToolResult.of_text(f"hook said {state.value.text}")
         if isinstance(state, SignalExpired):
             return ToolResult.of_text("nobody called the hook", is_error=True)
+        if isinstance(state, SignalFailed):  # uncaught: the call ends failed with it
+            raise state.error()
         secret = probe.hmac_secret if args.signed else None
         hook = await mint_webhook(api, REPLY, "done", hmac_secret=secret)
         probe.minted[api.task_id] = hook

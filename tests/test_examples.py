@@ -199,6 +199,13 @@ KEY_LINES: dict[str, list[str]] = {
         "submissions: {'r1': 'done', 'r2': 'done', 'r3': 'done'}",
         "ok: the steer cancelled the parked call and was answered next; the follow-up waited",
     ],
+    "61_ci_failure_caught.py": [
+        "CI POST build-7 /failure {'type': 'FlakyTest', 'message': 'test_login timed out'} -> "
+        "delivered",
+        "outcome: completed, result {'build': 'build-8', 'status': 'passed', 'attempts': 2}",
+        "outcome: failed: CompileError: main.c:3: syntax error",
+        "ok: a typed failure was caught and retried; an uncaught one failed the call",
+    ],
     "62_render_heartbeats.py": [
         "both calls sleep; wake(): at=+5 min",
         "+8 min: beats intro -> delivered, outro -> delivered; wake(): at=+13 min",

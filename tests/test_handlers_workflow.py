@@ -39,8 +39,8 @@ def script(request: ModelRequest):
     return reply(last_tool_result(request))
 
 
-def make():
-    tools = ToolRegistry([define_workflow_tool("deploy", "Deploy", Deploy, deploy_body)])
+def make(body=deploy_body):
+    tools = ToolRegistry([define_workflow_tool("deploy", "Deploy", Deploy, body)])
     app = setup_app(App(agent=Agent(ScriptedProvider(script), tools)))
     kit = Kit(*app.task_kinds())
     return kit, deps_for(kit, app)
@@ -75,6 +75,62 @@ def test_a_question_is_visible_answered_once_and_resumes_the_run():
     # an answer never steers the conversation: no user entry was added for it
     assert [e["type"] for e in session["entries"]].count("user") == 1
     assert api(deps, "GET", f"/sessions/{sid}/workflow")[1]["asks"] == []
+
+
+def test_an_ask_answered_with_a_failure_ends_the_call_failed_with_it():
+    _kit, deps = make()
+    sid = asyncio.run(create_session(deps, "s-wf-fail"))
+    asyncio.run(submit(deps, sid, "ship it", request_id="r1"))
+    asyncio.run(run_session(deps, sid))
+    [ask] = api(deps, "GET", f"/sessions/{sid}/workflow")[1]["asks"]
+    path = f"/sessions/{sid}/asks/{ask['id']}/answer"
+    status, body = api(deps, "POST", path, {"failure": {"type": "", "message": "m"}})
+    assert status == 422 and body["detail"][0]["loc"][-1] == "type"
+    failure = {"type": "Unavailable", "message": "nobody on call"}
+    assert api(deps, "POST", path, {"failure": failure}) == (200, {"result": "delivered"})
+    assert api(deps, "POST", path, {"option_id": "yes"})[1] == {"result": "duplicate"}
+    [answered] = [e for e in events_after(deps, sid)["items"] if e["type"] == "ask_answered"]
+    assert (answered["answer"], answered["failure"]) == (None, failure)
+    asyncio.run(run_session(deps, sid))
+    session = api(deps, "GET", f"/sessions/{sid}")[1]
+    assert session["submissions"][0]["answer"] == "Unavailable: nobody on call"
+
+
+async def deploy_with_progress(args: Deploy, ctx):
+    ctx.progress({"stage": "planning"})
+    return await deploy_body(args, ctx)
+
+
+def events_after(deps, sid, cursor=None):
+    query = {"cursor": cursor} if cursor else None
+    event = http_event("GET", f"/sessions/{sid}/events", query=query)
+    response = asyncio.run(handle_api(deps, event, None))
+    assert response["statusCode"] == 200
+    return response_json(response)
+
+
+def test_a_client_following_the_events_sees_progress_and_answers_the_question():
+    _kit, deps = make(deploy_with_progress)
+    sid = asyncio.run(create_session(deps, "s-wf"))
+    asyncio.run(submit(deps, sid, "ship it", request_id="r1"))
+    asyncio.run(run_session(deps, sid))
+    page = events_after(deps, sid)
+    progress, opened = page["items"]
+    assert (progress["type"], progress["tool"], progress["value"]) == (
+        "progress",
+        "deploy",
+        {"stage": "planning"},
+    )
+    assert opened["type"] == "ask_opened" and opened["prompt"] == "Deploy api?"
+    assert opened["task_id"] == progress["task_id"] and opened["call_id"] == "d1"
+    # The event says where the answer goes: the client needs nothing else.
+    status, body = api(deps, "POST", opened["answer_path"], {"option_id": "yes"})
+    assert (status, body) == (200, {"result": "delivered"})
+    asyncio.run(run_session(deps, sid))
+    rest = events_after(deps, sid, page["next"])["items"]
+    assert [e["type"] for e in rest] == ["ask_answered", "run_ended"]
+    assert rest[0]["ask"] == opened["ask"] and rest[0]["answer"]["option_id"] == "yes"
+    assert rest[1]["answer"] == "deploy api: yes"
 
 
 def test_workflow_routes_validate_and_404():

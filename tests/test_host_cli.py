@@ -145,6 +145,28 @@ def test_resolve_and_reject_end_promises_from_the_cli(console, capsys) -> None:
         ("p-2", "rejected"),
     ]
     assert settled[0]["value"] == {"ok": True}
+    assert settled[1]["error_type"] == "Rejected"  # a bare message: the default type
+
+
+def test_reject_from_the_cli_takes_a_type_and_data(console, capsys) -> None:
+    from examples.console_app import build_app as console_app
+
+    sid, _ = started(console, "hello")
+
+    async def create() -> None:
+        store = SQLiteStore(console.stack.db_path)
+        harness = Harness(store, sid, console_app().task_kinds())
+        await harness.attach()
+        await Promises(harness).create("p-typed")
+        store.close()
+
+    asyncio.run(create())
+    args = ("reject", sid, "p-typed", "render died", "--type", "OutOfMemory")
+    code, out, _ = bide(capsys, console.url, *args, "--data", '{"frame": 812}')
+    assert (code, out.strip()) == (0, "settled")
+    code, out, _ = bide(capsys, console.url, "--json", "events", sid)
+    [event] = [json.loads(line) for line in out.splitlines() if "p-typed" in line]
+    assert (event["error"], event["error_type"]) == ("render died", "OutOfMemory")
 
 
 def test_promise_and_reply_commands_say_what_was_not_taken(console, capsys) -> None:
@@ -161,3 +183,26 @@ def test_promise_and_reply_commands_say_what_was_not_taken(console, capsys) -> N
     with pytest.raises(SystemExit) as exited:
         main(["--url", console.url, "events", sid, "--wait", "99"])
     assert exited.value.code == EXIT_USAGE
+
+
+def test_progress_and_a_question_stream_and_the_cli_answers_it(console, capsys) -> None:
+    sid, _ = started(console, "Please deploy api")
+    [(_, kind, progress), (cursor, asked, opened)] = sse(console.url, f"/sessions/{sid}/events", 2)
+    assert kind == "progress" and progress["tool"] == "deploy"
+    assert progress["value"] == {"stage": "waiting for approval", "plan": "3 pods, 1 migration"}
+    assert asked == "ask_opened" and opened["prompt"].startswith("Deploy api?")
+    # The CLI's line says how to answer it.
+    code, out, _ = bide(capsys, console.url, "events", sid)
+    line = out.splitlines()[1]
+    assert line.startswith("#2 ask_opened ")
+    assert line.endswith(
+        f"(answer: bide answer {sid} {opened['ask']} TEXT --option approve|cancel)"
+    )
+    code, out, _ = bide(capsys, console.url, "answer", sid, opened["ask"], "--option", "approve")
+    assert code == 0 and out.startswith("delivered")
+    assert console.settle(10)
+    rest = sse(console.url, f"/sessions/{sid}/events", 2, {"Last-Event-ID": cursor})
+    assert [m[1] for m in rest] == ["ask_answered", "run_ended"]
+    assert rest[0][2]["answer"] == {"option_id": "approve", "text": None}
+    code, out, _ = bide(capsys, console.url, "events", sid, "--cursor", cursor)
+    assert [line.split(" ")[1] for line in out.splitlines()] == ["ask_answered", "run_ended"]

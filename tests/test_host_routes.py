@@ -114,6 +114,27 @@ def test_resolve_and_reject_end_promises_and_their_events_page_on(deps: Deps) ->
     assert (empty["items"], empty["more"], empty["next"]) == ([], False, rest["next"])
 
 
+def test_reject_takes_a_failure_type_and_data_and_names_a_bad_type(deps: Deps) -> None:
+    sid = session(deps, "p-1", "p-2", "p-3")
+    body = {"error": "render died", "type": "OutOfMemory", "data": {"frame": 812}}
+    status, answer = call(deps, "POST", f"/sessions/{sid}/promises/p-1/reject", body)
+    assert (status, answer) == (200, {"result": "settled"})
+    call(deps, "POST", f"/sessions/{sid}/promises/p-2/reject", {"error": "old caller"})
+    status, answer = call(
+        deps, "POST", f"/sessions/{sid}/promises/p-3/reject", {"error": "x", "type": ""}
+    )
+    assert status == 422 and "type" in str(answer)
+    docs = {d.body["id"]: d.body for d in deps.store.list_docs(sid, "promise/")}
+    assert (docs["p-1"]["error_type"], docs["p-1"]["error_data"]) == ("OutOfMemory", {"frame": 812})
+    assert docs["p-2"]["error_type"] == "Rejected"  # a bare message keeps working
+    assert docs["p-3"]["status"] == "open"  # refused: nothing written
+    _, page = events(deps, sid)
+    assert [(e["promise"], e.get("error_type")) for e in page["items"]] == [
+        ("p-1", "OutOfMemory"),
+        ("p-2", "Rejected"),
+    ]
+
+
 def test_unknown_sessions_are_404_and_other_principals_403(deps: Deps) -> None:
     sid = session(deps, "p-1")
     routes = [

@@ -440,12 +440,16 @@ def test_the_webhook_route_has_its_own_throttle(stack, template) -> None:
         "ThrottlingBurstLimit": 200,
         "ThrottlingRateLimit": 100,
     }
+    # Both unauthenticated routes: a value and a failure (issue 13) share the limits.
+    limits = {"ThrottlingBurstLimit": 40, "ThrottlingRateLimit": 20}
     assert props["RouteSettings"] == {
-        "POST /hooks/{token}": {"ThrottlingBurstLimit": 40, "ThrottlingRateLimit": 20},
-        "POST /hooks/{token}/heartbeat": {"ThrottlingBurstLimit": 40, "ThrottlingRateLimit": 20},
+        "POST /hooks/{token}": limits,
+        "POST /hooks/{token}/failure": limits,
+        "POST /hooks/{token}/heartbeat": limits,
     }
     # RouteSettings may only name a route that exists: the stage is deployed after it.
     assert _id(stack, stack.service.webhook_route) in stage["DependsOn"]
+    assert _id(stack, stack.service.webhook_failure_route) in stage["DependsOn"]
 
 
 def test_the_webhook_throttle_is_a_prop() -> None:
@@ -454,9 +458,11 @@ def test_the_webhook_throttle_is_a_prop() -> None:
         throttle=apigw.ThrottleSettings(rate_limit=50, burst_limit=60),
     )
     props = _stage(Template.from_stack(stack), stack)["Properties"]
+    limits = {"ThrottlingBurstLimit": 7, "ThrottlingRateLimit": 5}
     assert props["RouteSettings"] == {
-        "POST /hooks/{token}": {"ThrottlingBurstLimit": 7, "ThrottlingRateLimit": 5},
-        "POST /hooks/{token}/heartbeat": {"ThrottlingBurstLimit": 7, "ThrottlingRateLimit": 5},
+        "POST /hooks/{token}": limits,
+        "POST /hooks/{token}/failure": limits,
+        "POST /hooks/{token}/heartbeat": limits,
     }
     assert props["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 60, "ThrottlingRateLimit": 50}
 

@@ -213,6 +213,12 @@ def test_routes_match_the_deployed_http_api() -> None:
         ),
         ("POST", "/sessions"): ("ANY /sessions", {}),
         ("GET", "/sessions/s1"): ("ANY /sessions/{proxy+}", {"proxy": "s1"}),
+        # The failure forms (issue 13) go to the signal function, not the sessions API.
+        ("POST", "/hooks/tok.en/failure"): ("POST /hooks/{token}/failure", {"token": "tok.en"}),
+        ("POST", "/sessions/s1/tasks/t-1/signals/app.ci-result/done/failure"): (
+            signal_route + "/failure",
+            {"session_id": "s1", "task_id": "t-1", "signal": "app.ci-result", "key": "done"},
+        ),
     }
     for (method, path), (key, params) in cases.items():
         found = find_route(method, path)

@@ -160,6 +160,26 @@ def test_the_run_ci_story_over_http(db: str) -> None:
         assert (status_code, body["result"]) == (410, "closed")
 
 
+def test_a_ci_failure_over_http_ends_the_call_failed_and_the_model_hears_it(db: str) -> None:
+    """Issue 13 on the local stack: the CI posts to ``<webhook>/failure``; a bad failure body
+    is 400 naming the field, the good one ends run_ci failed with its type and message."""
+    with BackgroundStack(LocalStack(build_app(), db, port=0)) as stack:
+        client = ApiClient(stack.url)
+        sid = create(client)
+        submit(client, sid, "Fix the flaky test and verify it")
+        wait_for(lambda: parked_tool(client, sid), "run_ci to park")
+        url = webhook_url(db, sid) + "/failure"
+        status, body = post_json(url, {"type": "", "message": "m"})
+        assert status == 400 and "'type'" in body["error"]
+        red = {"type": "BuildFailed", "message": "3 tests failed"}
+        assert post_json(url, red) == (202, {"result": "delivered", "errors": []})
+        done = wait_for(lambda: finished(client, sid), "the final answer")
+        assert done["entries"][2]["text"] == "BuildFailed: 3 tests failed"
+        assert done["entries"][3]["text"].startswith("CI did not pass: BuildFailed")
+        # The plain route of the same webhook now finds the call ended.
+        assert post_json(url[: -len("/failure")], PASSED)[0] == 410
+
+
 def test_the_status_route_is_local_only_and_unknown_routes_are_404(db: str) -> None:
     with BackgroundStack(LocalStack(build_app(), db, port=0)) as stack:
         client = ApiClient(stack.url)

@@ -34,11 +34,11 @@ class Note(BaseModel):
 class Tools:
     """A registry and a harness running its tool tasks (no agent, no conversation)."""
 
-    def __init__(self, *tools, services=None):
+    def __init__(self, *tools, services=None, store=None):
         from bide.workflow import workflow_kinds
 
         self.registry = ToolRegistry(tools)
-        self.kit = Kit(self.registry.task, *workflow_kinds(self.registry))
+        self.kit = Kit(self.registry.task, *workflow_kinds(self.registry), store=store)
         self.h = self.kit.h
         self.progress = Progress()
         self.auth = InMemoryAuthProviders()

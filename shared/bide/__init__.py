@@ -10,6 +10,9 @@ The public API:
   :class:`SignalResult`, :class:`SignalDecision` (what ``Harness.deliver`` and
   :func:`deliver_signal` return), :class:`SignalValue`, :class:`SignalExpired`,
   :class:`SignalSlot` (a key's life on a :class:`TaskRecord`);
+* failures (a wait's other answer): :class:`SignalFailure` (deliver it as the value),
+  :class:`SignalFailed` (what ``read_signal`` returns then), :class:`FailureReceived` (the
+  exception that stands for it);
 * wakes: :class:`WakeTime`, :class:`WakeExpired`, :class:`WakeHeartbeat`, :class:`WakeSignal`,
   :class:`WakeTasks`, and :class:`Wake` (what ``Harness.wake()`` returns);
 * running: :class:`Harness`, :func:`deliver_signal` (a signal without loading a session),
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
         StoreUnavailable,
         UnknownTaskKind,
     )
+    from .engine.failures import FailureReceived, SignalFailed, SignalFailure
     from .engine.harness import Harness
     from .engine.host import WriteTx
     from .engine.ids import IdSource, RandomIds, SequentialIds
@@ -110,6 +114,9 @@ _EXPORTS: dict[str, str] = {
     "KeyReuseError": "engine.errors",
     "StoreUnavailable": "engine.errors",
     "UnknownTaskKind": "engine.errors",
+    "FailureReceived": "engine.failures",
+    "SignalFailed": "engine.failures",
+    "SignalFailure": "engine.failures",
     "Harness": "engine.harness",
     "WriteTx": "engine.host",
     "IdSource": "engine.ids",
@@ -180,6 +187,7 @@ __all__ = [
     "DefinitionError",
     "Doc",
     "Failed",
+    "FailureReceived",
     "Faulted",
     "Harness",
     "HarnessClosed",
@@ -201,6 +209,8 @@ __all__ = [
     "SessionSnapshot",
     "SignalDecision",
     "SignalExpired",
+    "SignalFailed",
+    "SignalFailure",
     "SignalKey",
     "SignalResult",
     "SignalSlot",

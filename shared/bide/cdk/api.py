@@ -48,6 +48,8 @@ DEFAULT_THROTTLE = apigw.ThrottleSettings(rate_limit=100, burst_limit=200)
 #: https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-apigatewayv2-stage-routesettings.html).
 DEFAULT_WEBHOOK_THROTTLE = apigw.ThrottleSettings(rate_limit=20, burst_limit=40)
 WEBHOOK_ROUTE_KEY = "POST /hooks/{token}"
+#: The webhook's failure form (bide.service.failure_body): unauthenticated too, same limits.
+WEBHOOK_FAILURE_ROUTE_KEY = "POST /hooks/{token}/failure"
 #: A heartbeat on a webhook's key: unauthenticated like the webhook, with its limits.
 WEBHOOK_BEAT_ROUTE_KEY = "POST /hooks/{token}/heartbeat"
 
@@ -90,7 +92,8 @@ class Api:
         throttle: apigw.ThrottleSettings | None,
         webhook_throttle: apigw.ThrottleSettings = DEFAULT_WEBHOOK_THROTTLE,
     ) -> tuple[apigw.HttpStage, apigw.HttpRoute]:
-        """The ``$default`` stage and the six routes; returns the stage and the webhook's.
+        """The ``$default`` stage and the eight routes; returns the stage and the webhook's (its
+        failure form is :attr:`webhook_failure_route`, its heartbeat :attr:`webhook_beat_route`).
         ``throttle`` is the stage's default (the IAM routes); ``webhook_throttle`` the webhook
         route's own."""
         access_logs = logs.LogGroup(
@@ -119,17 +122,24 @@ class Api:
             integration=signal,
             authorizer=apigw.HttpNoneAuthorizer(),
         )
-        # More specific than /sessions/{proxy+}, so API Gateway routes it to the signal
-        # function.
-        self.http_api.add_routes(
-            path="/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}",
+        (self.webhook_failure_route,) = self.http_api.add_routes(
+            path="/hooks/{token}/failure",
             methods=[apigw.HttpMethod.POST],
             integration=signal,
-            authorizer=iam_auth,
+            authorizer=apigw.HttpNoneAuthorizer(),
         )
+        # More specific than /sessions/{proxy+}, so API Gateway routes them (a value, and a
+        # failure instead of one) to the signal function.
+        for suffix in ("", "/failure"):
+            self.http_api.add_routes(
+                path="/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}" + suffix,
+                methods=[apigw.HttpMethod.POST],
+                integration=signal,
+                authorizer=iam_auth,
+            )
         # Heartbeats (bide.service.beats): the same two paths ending in /heartbeat, each
         # authorised like the path it extends.
-        (beat_route,) = self.http_api.add_routes(
+        (self.webhook_beat_route,) = self.http_api.add_routes(
             path="/hooks/{token}/heartbeat",
             methods=[apigw.HttpMethod.POST],
             integration=signal,
@@ -148,14 +158,17 @@ class Api:
         # The L2 stage has no per-route settings: set them on its CloudFormation resource.
         cfn_stage = stage.node.default_child
         assert isinstance(cfn_stage, apigw.CfnStage)
-        webhook_limits = {
+        limits = {
             "ThrottlingBurstLimit": webhook_throttle.burst_limit,
             "ThrottlingRateLimit": webhook_throttle.rate_limit,
         }
         cfn_stage.route_settings = {
-            WEBHOOK_ROUTE_KEY: webhook_limits,
-            WEBHOOK_BEAT_ROUTE_KEY: webhook_limits,
+            WEBHOOK_ROUTE_KEY: limits,
+            WEBHOOK_FAILURE_ROUTE_KEY: limits,
+            WEBHOOK_BEAT_ROUTE_KEY: limits,
         }
         # A stage's RouteSettings may only name routes that exist when it is deployed.
-        cfn_stage.node.add_dependency(webhook_route, beat_route)
+        cfn_stage.node.add_dependency(webhook_route)
+        cfn_stage.node.add_dependency(self.webhook_failure_route)
+        cfn_stage.node.add_dependency(self.webhook_beat_route)
         return stage, webhook_route

@@ -1,5 +1,6 @@
 """The session event stream: what a host shows a person while a session works (a run ended,
-an approval waits or was decided or closed, a promise settled).
+an approval waits or was decided or closed, a promise settled, a workflow question was
+asked, answered or closed, a run reported progress: :mod:`bide.engine.progress`).
 
 Each event is the document ``event/<seq>`` (``seq`` zero-padded to :data:`SEQ_DIGITS`
 digits, so key order is event order) in the session's own partition, written by
@@ -36,6 +37,10 @@ EVENT_TYPES = (
     "approval_decided",
     "approval_closed",
     "promise_settled",
+    "ask_opened",
+    "ask_answered",
+    "ask_closed",
+    "progress",
 )
 
 

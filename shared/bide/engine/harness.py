@@ -181,7 +181,9 @@ class Harness:
     async def signal(
         self, task_id: str, token: SignalToken[Any], key: str, value: Any
     ) -> SignalResult:
-        """Deliver ``value`` under ``token.key(key)`` to a task of this session."""
+        """Deliver ``value`` under ``token.key(key)`` to a task of this session. A
+        :class:`~bide.engine.failures.SignalFailure` as ``value`` delivers a failure instead
+        (same checks, first of values and failures wins)."""
         return (await self.deliver(task_id, token, key, value)).result
 
     async def deliver(

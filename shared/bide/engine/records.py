@@ -10,7 +10,8 @@ from .state import TaskState
 
 
 class SignalSlot(BaseModel):
-    """One key's life on a task: a value (with the token version that wrote it), or expired;
+    """One key's life on a task: a value or a failure (with the token version that wrote it),
+    or expired;
     ``consumed`` once it woke the task. A consumed or expired slot leaves the record for a
     document of its own (:mod:`bide.engine.slots`)."""
 
@@ -21,6 +22,9 @@ class SignalSlot(BaseModel):
     has_value: bool = False
     expired: bool = False
     consumed: bool = False
+    failure: dict[str, Any] | None = None
+    """A failure delivered instead of a value (``{"type", "message", "data"?}``,
+    :mod:`bide.engine.failures`); ``has_value`` is then True and ``value`` None."""
 
 
 class TaskRecord(BaseModel):

@@ -13,6 +13,7 @@ from typing import Any
 
 from .budgets import check_signal_budget
 from .errors import InvalidPark, InvalidWait
+from .failures import SignalFailure, failure_errors
 from .limits import check_signal_depth, check_signal_value
 from .records import SignalSlot, TaskRecord
 from .signals import InvalidSignalValue, SignalResult, SignalToken, slot_name
@@ -122,14 +123,20 @@ def decide_signal(
         return SignalDecision(SignalResult.NOT_FOUND)
     if record.state.status in HOLDS_OUTCOME or record.abort_marked:
         return SignalDecision(SignalResult.CLOSED)
-    # Limits before the schema: a hostile value is refused, never stored (ValueRefused).
-    check_signal_depth(value, token.name, key, token.envelope)
-    try:
-        validated = token.validate(value)
-    except InvalidSignalValue as exc:
-        return SignalDecision(SignalResult.INVALID, errors=tuple(exc.errors))
-    dumped = token.dump(validated)
-    size = check_signal_value(dumped, token.name, key, token.envelope)
+    if isinstance(value, SignalFailure):  # a failure takes the key like a value (failures.py)
+        check = check_failure(value, token, key)
+        if isinstance(check, SignalDecision):
+            return check
+        dumped, size, failure = None, check[1], check[0]
+    else:
+        # Limits before the schema: a hostile value is refused, never stored (ValueRefused).
+        check_signal_depth(value, token.name, key, token.envelope)
+        try:
+            validated = token.validate(value)
+        except InvalidSignalValue as exc:
+            return SignalDecision(SignalResult.INVALID, errors=tuple(exc.errors))
+        dumped = token.dump(validated)
+        size, failure = check_signal_value(dumped, token.name, key, token.envelope), None
     chosen = stream_key(record, token.name, key, now, moved)
     name = slot_name(token.name, chosen)
     slot = find_slot(record, name, moved)
@@ -145,7 +152,7 @@ def decide_signal(
             SignalResult.CLOSED, bump(record, signals={**record.signals, name: expired})
         )
     check_signal_budget(record, name, size)
-    stored = SignalSlot(version=token.version, value=dumped, has_value=True)
+    stored = SignalSlot(version=token.version, value=dumped, has_value=True, failure=failure)
     streams = record.streams
     if chosen != key:  # a stream member: the members up to this one are taken for good
         stream = slot_name(token.name, key[: -len(STREAM_SUFFIX)])
@@ -154,6 +161,21 @@ def decide_signal(
         SignalResult.DELIVERED,
         bump(record, signals={**record.signals, name: stored}, streams=streams),
     )
+
+
+def check_failure(
+    failure: SignalFailure, token: SignalToken[Any], key: str
+) -> SignalDecision | tuple[dict[str, Any], int]:
+    """A failure's ``invalid`` decision (which field, why), or its stored form and size.
+    Its ``data`` has a value's limits; ``type`` and ``message`` count as one envelope level
+    around it. Raises :class:`~bide.engine.limits.ValueRefused` like a value over them."""
+    errors = failure_errors(failure)
+    if errors:
+        return SignalDecision(SignalResult.INVALID, errors=tuple(errors))
+    check_signal_depth(failure.data, token.name, key, token.envelope)
+    check_signal_value(failure.data, token.name, key, token.envelope)  # a value's limits
+    stored = failure.to_json()
+    return stored, check_signal_value(stored, token.name, key, token.envelope + 1)
 
 
 def deadline_passed_for(record: TaskRecord, slot: str, now: float) -> bool:

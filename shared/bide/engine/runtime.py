@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import slots
 from .errors import InvalidTransition, InvocationEnded
+from .failures import SignalFailed
 from .host import HostTx
 from .ids import keyed_id
 from .kernel import Draft, Kernel, require_json
+from .progress import ProgressStream
 from .records import TaskRecord
 from .rules import bump, check_sleep, check_wait
 from .signals import SignalExpired, SignalKey, SignalState, SignalToken, SignalValue, slot_name
@@ -45,6 +48,8 @@ class Runtime:
         assert isinstance(record.state, Running)
         self._start = record.state.checkpoint
         self.progressed = False
+        self.progress = ProgressStream(record.id, self.now, self._flush_progress)
+        """This run's progress reports, carried to the event stream (bide.engine.progress)."""
 
     @property
     def task_id(self) -> str:
@@ -83,10 +88,22 @@ class Runtime:
             tx = _Tx(self._h, d, self._task_id)
             new = state(tx) if callable(state) else state
             if new is None:  # side writes only (child tasks, signals, memos); state unchanged
+                self.progress.stage(tx, final=False, items=_items(d))
                 return False
-            return self._transition(d, self._holder(d), new)
+            moved = self._transition(d, self._holder(d), new)
+            # Progress waiting when the run parks or ends is written with that commit.
+            final = not isinstance(new, Running)
+            self.progress.stage(tx, final=final, items=_items(d))
+            return moved
 
-        progressed = self._h._apply(write)
+        self.progress.busy = True  # a report made inside the builder waits for this commit
+        try:
+            progressed = self._h._apply(write)
+        finally:
+            self.progress.busy = False
+        self.progress.committed()
+        if self.progress.leftover is not None:  # the final commit had no room for it
+            self._h._apply(lambda d: self.progress.write_leftover(HostTx(self._h, d)))
         self.progressed = self.progressed or progressed
 
     @property
@@ -113,8 +130,9 @@ class Runtime:
         return self._h._apply(write)
 
     async def read_signal(self, token: SignalToken[T], key: str) -> SignalState[T] | None:
-        """The key's value, expired, or None: from the record in memory, or for a consumed or
-        expired key from its document (cached once read or written by this harness)."""
+        """The key's value, failure (:class:`SignalFailed`), expired, or None: from the record
+        in memory, or for a consumed or expired key from its document (cached once read or
+        written by this harness)."""
         record = self._h._live.get(self._task_id)
         if record is None:
             return None
@@ -122,6 +140,8 @@ class Runtime:
         slot = record.signals.get(name) or slots.lookup(self._h.get_doc, self._task_id)(name)
         if slot is None:
             return None
+        if slot.failure is not None:
+            return SignalFailed(**slot.failure)
         if slot.has_value:
             return SignalValue(token.load(slot.value, slot.version or token.version))
         if slot.expired:
@@ -157,6 +177,17 @@ class Runtime:
         return box[0]
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _flush_progress(self, write: Callable[[_Tx], None]) -> None:
+        """Commit a progress event alone (side writes only). A run that can no longer commit
+        drops it: the report was made by an invocation that is over."""
+
+        def change(d: Draft) -> None:
+            self._holder(d)
+            write(_Tx(self._h, d, self._task_id, holder=self._holder))
+
+        with contextlib.suppress(InvocationEnded):
+            self._h._apply(change)
 
     def _holder(self, d: Draft) -> TaskRecord:
         record = d.get(self._task_id)
@@ -220,6 +251,10 @@ class Runtime:
             raise InvalidTransition(f"unknown state {new!r}")
         d.put(bump(record, state=new, restarts=0))
         return True
+
+
+def _items(d: Draft) -> int:
+    return len(d.writes) + len(d.docs)
 
 
 class _Tx(HostTx):

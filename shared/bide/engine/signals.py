@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import DefinitionError
+from .failures import SignalFailed
 from .limits import ENVELOPE_DEPTH, ValueRefused
 
 T = TypeVar("T")
@@ -23,8 +24,9 @@ class SignalResult(enum.StrEnum):
     """What :meth:`Harness.signal` did with a value, checked in this order:
 
     ``not_found`` (no such task), ``closed`` (task ended, ending or abort-marked),
-    ``invalid`` (value fails the schema; nothing stored), ``duplicate`` (the key already
-    holds a value; the first is kept), ``closed`` (the key expired, or the deadline of a
+    ``invalid`` (value fails the schema, or a :class:`~bide.engine.failures.SignalFailure` is
+    malformed; nothing stored), ``duplicate`` (the key already holds a value or a failure;
+    the first is kept), ``closed`` (the key expired, or the deadline of a
     sleep on it passed), ``delivered`` (stored).
     """
 
@@ -62,7 +64,8 @@ class SignalExpired:
     expired: bool = True
 
 
-SignalState = SignalValue[T] | SignalExpired
+SignalState = SignalValue[T] | SignalFailed | SignalExpired
+"""What ``read_signal`` returns for a key that holds something (None while nothing came)."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,7 +15,8 @@ sleep listing the key, a delivery to it, ``read_signal``. A delivery to a key th
 on needs no read: the sleep was checked against the documents when it was committed, and only
 that sleep's own wake can make its keys final.
 
-The document's body holds the value as JSON text, so the document is exactly as deep as the
+The document's body holds the value (and a failure delivered instead, ``failure_json``) as
+JSON text, so the document is exactly as deep as the
 slot's own fields (a value at the depth limit fits, as it did on the record).
 """
 
@@ -82,13 +83,16 @@ def split_final(
 def to_body(slot_name: str, slot: SignalSlot) -> dict[str, Any]:
     """The document body of a final slot."""
     value = json.dumps(slot.value, separators=(",", ":")) if slot.has_value else None
-    return {
+    body = {
         "slot": slot_name,
         "version": slot.version,
         "value_json": value,
         "consumed": slot.consumed,
         "expired": slot.expired,
     }
+    if slot.failure is not None:  # only then: bodies written before failures stay the same
+        body["failure_json"] = json.dumps(slot.failure, separators=(",", ":"))
+    return body
 
 
 def from_body(body: Any) -> SignalSlot | None:
@@ -96,12 +100,14 @@ def from_body(body: Any) -> SignalSlot | None:
     if body is None:
         return None
     text = body["value_json"]
+    failure = body.get("failure_json")
     return SignalSlot(
         version=body["version"],
         value=None if text is None else json.loads(text),
         has_value=text is not None,
         consumed=body["consumed"],
         expired=body["expired"],
+        failure=None if failure is None else json.loads(failure),
     )
 
 

@@ -94,7 +94,8 @@ class TaskRuntime(Protocol):
         ...
 
     async def read_signal(self, token: SignalToken[T], key: str) -> SignalState[T] | None:
-        """The key's value (migrated to the token's version), expired, or None while nothing
+        """The key's value (migrated to the token's version), a failure delivered instead
+        (:class:`~bide.engine.failures.SignalFailed`), expired, or None while nothing
         came. Reads the task record in memory; costs no storage access."""
         ...
 

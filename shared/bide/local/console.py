@@ -5,8 +5,8 @@
 * ``GET /_local/sessions``: every session in the stack's SQLite file, newest first, with what
   it is doing (a worker runs it, a wake is queued, an alarm is armed, questions wait);
 * ``GET /_local/sessions/{id}``: one session's worker, alarm, queued wakes and the last
-  progress each of its tasks reported (``ctx.progress``; stream-only, so it lives in this
-  process's memory: :class:`ProgressLog`).
+  progress each of its tasks reported (``ctx.progress``, as this process heard it:
+  :class:`ProgressLog`; the event stream has it too, coalesced).
 
 Everything else the page shows comes from the sessions API (``GET /sessions/{id}``, its
 ``/workflow`` and ``/hooks``) and every action goes through it (inputs, answers, approvals),

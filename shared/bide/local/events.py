@@ -79,6 +79,11 @@ class Route:
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/hooks/{token}", "signal"),
     Route("POST", "/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}", "signal"),
+    # The failure forms (bide.service.failure_body).
+    Route("POST", "/hooks/{token}/failure", "signal"),
+    Route(
+        "POST", "/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/failure", "signal"
+    ),
     Route("POST", "/hooks/{token}/heartbeat", "signal"),
     Route(
         "POST", "/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/heartbeat", "signal"

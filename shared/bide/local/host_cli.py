@@ -1,7 +1,8 @@
 """The CLI's host commands (logic kept out of :mod:`bide.cli`): ``bide events`` reads or
 follows a session's event stream by long poll (it works the same on AWS and the local
-stack), ``bide deny`` denies an approval, ``bide resolve`` and ``bide reject`` end a promise,
-``bide reply`` delivers a bound receiver's reply."""
+stack; a question's line ends with the ``bide answer`` command that answers it), ``bide
+deny`` denies an approval, ``bide resolve`` and ``bide reject`` end a promise, ``bide
+reply`` delivers a bound receiver's reply."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ class HostCommandFailed(Exception):
 
 def add_parsers(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
     """Declare the host commands with the CLI's ``command`` factory."""
-    events = command("events", "print a session's events (runs ended, approvals, promises)")
+    events = command(
+        "events", "print a session's events (runs ended, approvals, promises, questions, progress)"
+    )
     events.add_argument("session")
     events.add_argument("--cursor", help="read after this cursor (a printed `next`)")
     events.add_argument(
@@ -49,6 +52,8 @@ def add_parsers(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
     reject.add_argument("session")
     reject.add_argument("promise")
     reject.add_argument("error", help="why it failed")
+    reject.add_argument("--type", help="the error's type (default Rejected)")
+    reject.add_argument("--data", help="details as JSON (a bare word is taken as a string)")
 
     reply = command("reply", "deliver a bound receiver's reply for one completion key")
     reply.add_argument("session")
@@ -88,14 +93,22 @@ def _json_or_text(text: str) -> Any:
         return text
 
 
-def event_line(event: dict[str, Any]) -> str:
-    """One event as a line: number, type and its fields."""
+def event_line(event: dict[str, Any], session: str | None = None) -> str:
+    """One event as a line: number, type and its fields; a question opened in ``session``
+    ends with the command that answers it."""
     fields = " ".join(
         f"{k}={json.dumps(v, sort_keys=True)}"
         for k, v in event.items()
-        if k not in ("seq", "type", "at")
+        if k not in ("seq", "type", "at", "answer_path")
     )
-    return f"#{event.get('seq')} {event.get('type')} {fields}".rstrip()
+    line = f"#{event.get('seq')} {event.get('type')} {fields}".rstrip()
+    if event.get("type") == "ask_opened" and session is not None:
+        options = [o.get("id") for o in event.get("options") or [] if isinstance(o, dict)]
+        how = [f"--option {'|'.join(map(str, options))}"] if options else []
+        if event.get("allow_freeform") or not options:
+            how.insert(0, "TEXT")
+        line += f"  (answer: bide answer {session} {event.get('ask')} {' '.join(how)})"
+    return line
 
 
 def run_events(args: argparse.Namespace, client: ApiClient) -> int:
@@ -107,7 +120,9 @@ def run_events(args: argparse.Namespace, client: ApiClient) -> int:
     while True:
         page = read_page(client, path, cursor=cursor, wait=wait or None)
         for event in page.get("items") or []:
-            print(json.dumps(event, sort_keys=True) if args.json else event_line(event))
+            print(
+                json.dumps(event, sort_keys=True) if args.json else event_line(event, args.session)
+            )
             printed += 1
             if args.count is not None and printed >= args.count:
                 break
@@ -141,7 +156,10 @@ def run_action(args: argparse.Namespace, client: ApiClient) -> str:
         path = path_of("sessions", args.session, "promises", args.promise, args.command)
         body = {"value": _json_or_text(args.value)} if args.command == "resolve" else {}
         if args.command == "reject":
-            body = {"error": args.error}
+            body = {"error": args.error, "type": args.type}
+            if args.data is not None:
+                body["data"] = _json_or_text(args.data)
+            body = {k: v for k, v in body.items() if v is not None}
         what = f"{args.command} {args.promise}"
         return _result(client.request("POST", path, body), what, "settled")
     path = path_of("sessions", args.session, "invocations", args.invocation, "reply")

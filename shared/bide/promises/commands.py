@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..engine.failures import SignalFailure
 from ..engine.host import host_commit
 from .core import cancel_promise, create_promise, list_promises, read_promise, resolve_promise
 from .model import PromiseDoc
@@ -41,10 +42,19 @@ class Promises:
             self.harness, lambda tx: resolve_promise(tx, promise_id, "resolved", value)
         )
 
-    async def reject(self, promise_id: str, error: str) -> ResolveResult:
-        """End the promise with an error (first terminal write wins)."""
+    async def reject(
+        self, promise_id: str, error: str | SignalFailure, *, type: str | None = None
+    ) -> ResolveResult:
+        """End the promise with an error (first terminal write wins). The error has a type:
+        pass a :class:`~bide.SignalFailure` (type, message, data), or a message and
+        ``type=``; a bare message is typed ``Rejected``."""
+        failure = error if isinstance(error, SignalFailure) else None
+        if failure is None and type is not None:
+            failure = SignalFailure(type, str(error))
+        message = None if failure is not None else str(error)
         return host_commit(
-            self.harness, lambda tx: resolve_promise(tx, promise_id, "rejected", error=error)
+            self.harness,
+            lambda tx: resolve_promise(tx, promise_id, "rejected", error=message, failure=failure),
         )
 
     async def cancel(self, promise_id: str, reason: str | None = None) -> ResolveResult:

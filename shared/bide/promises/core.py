@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..engine.events import emit_in
+from ..engine.failures import SignalFailure, parse_failure
 from ..engine.host import WriteTx, read_docs
 from ..engine.limits import check_value
 from ..engine.mailbox import post
 from ..engine.state import Aborted, Completed, Sleeping, Terminal
 from ..engine.tasks import TaskView, define_task
 from .model import (
+    DEFAULT_REJECTION,
     PROMISE,
     PROMISE_CANCELLED,
     CancelNotice,
@@ -102,6 +105,8 @@ def resolve_promise(
     status: str,
     value: Any = None,
     error: str | None = None,
+    *,
+    failure: SignalFailure | None = None,
 ) -> ResolveResult:
     """One terminal write (``resolved``, ``rejected``, ``cancelled`` or ``expired``), in
     ``tx``'s commit. See :func:`~.rules.decide_resolution` for who wins.
@@ -110,15 +115,30 @@ def resolve_promise(
     await key and to the keeper, sends a cancellation notice to the producer (cancelled or
     expired), and aborts ``close_task`` once every promise of the group is terminal.
 
+    A rejection carries a type: ``failure`` (a :class:`~bide.engine.failures.SignalFailure`:
+    type, message, data) gives all three; a bare ``error`` is typed
+    :data:`~bide.promises.model.DEFAULT_REJECTION`.
+
     Raises :class:`~bide.engine.limits.ValueRefused` (nothing written) for a ``value`` or
-    ``error`` over the limits of :mod:`bide.engine.limits`.
+    ``error`` over the limits of :mod:`bide.engine.limits`, and
+    :class:`~bide.engine.failures.MalformedFailure` for a malformed ``failure``.
     """
     check_value(value, f"the value of promise {promise_id!r}")
+    if failure is not None:
+        failure = parse_failure(failure.to_json())  # names the bad field, writes nothing
+        check_value(failure.data, f"the error data of promise {promise_id!r}")
+        error = failure.message
     if error is not None:
         check_value(error, f"the error of promise {promise_id!r}")
+    typed = None
+    if status == "rejected":
+        typed = failure or SignalFailure(DEFAULT_REJECTION, error or "rejected")
     decision = decide_resolution(
         read_promise(tx, promise_id), status, value, error, tx.now(), tx.task_id or "host"
     )
+    if decision.doc is not None and typed is not None and decision.doc.status == "rejected":
+        update = {"error_type": typed.type, "error_data": typed.data}
+        decision = replace(decision, doc=decision.doc.model_copy(update=update))
     if decision.doc is not None:
         _ended(tx, decision.doc)
     return decision.result
@@ -136,7 +156,13 @@ def _ended(tx: WriteTx, doc: PromiseDoc) -> None:
     emit_in(
         tx,
         "promise_settled",
-        {"promise": doc.id, "status": doc.status, "value": doc.value, "error": doc.error},
+        {
+            "promise": doc.id,
+            "status": doc.status,
+            "value": doc.value,
+            "error": doc.error,
+            **({"error_type": doc.error_type} if doc.error_type else {}),
+        },
     )
     settled = PromiseSettled.of(doc).model_dump(mode="json")
     # Delivery never fails the commit: a waiter that ended, or whose await interval already

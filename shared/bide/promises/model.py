@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..engine.errors import BideError
 from ..engine.signals import SignalToken, define_signal
 
+DEFAULT_REJECTION = "Rejected"
+"""The type of a rejection whose rejecter named none (callers from before types existed)."""
+
 PromiseStatus = Literal["open", "resolved", "rejected", "cancelled", "expired"]
 TerminalStatus = Literal["resolved", "rejected", "cancelled", "expired"]
 TERMINAL: tuple[str, ...] = ("resolved", "rejected", "cancelled", "expired")
@@ -70,6 +73,10 @@ class PromiseDoc(BaseModel):
     status: PromiseStatus = "open"
     value: Any = None
     error: str | None = None
+    error_type: str | None = None
+    """A rejection's type (``Rejected`` when the rejecter named none); None otherwise."""
+    error_data: Any = None
+    """A rejection's optional JSON details."""
     waiters: list[Waiter] = Field(default_factory=list)
     created_at: float = 0.0
     settled_at: float | None = None
@@ -88,12 +95,21 @@ class PromiseSettled(BaseModel):
     status: TerminalStatus
     value: Any = None
     error: str | None = None
+    error_type: str | None = None
+    error_data: Any = None
 
     @classmethod
     def of(cls, doc: PromiseDoc) -> PromiseSettled:
         """The outcome recorded in a terminal promise document."""
         assert doc.terminal, "only a terminal promise has an outcome"
-        return cls(promise_id=doc.id, status=doc.status, value=doc.value, error=doc.error)
+        return cls(
+            promise_id=doc.id,
+            status=doc.status,
+            value=doc.value,
+            error=doc.error,
+            error_type=doc.error_type,
+            error_data=doc.error_data,
+        )
 
 
 class CancelNotice(BaseModel):

@@ -11,7 +11,7 @@ from ..engine.clock import DAY
 from ..tools.define import ToolDefinition, define_tool
 from ..tools.results import Sleep, ToolResult
 from .core import cancel_promise, read_promise
-from .model import PromiseDoc, PromiseError, PromiseSettled
+from .model import DEFAULT_REJECTION, PromiseDoc, PromiseError, PromiseSettled
 from .rules import ResolveResult
 from .waiting import AwaitTimedOut, await_promise
 
@@ -53,7 +53,10 @@ def settled_result(settled: PromiseSettled) -> ToolResult:
     if settled.status == "resolved":
         text = f"promise {settled.promise_id} resolved: {render_value(settled.value)}"
         return ToolResult.of_text(text, details=details)
-    text = f"promise {settled.promise_id} {settled.status}: {settled.error}"
+    error = settled.error
+    if settled.error_type not in (None, DEFAULT_REJECTION):  # a named type says what failed
+        error = f"{settled.error_type}: {error}"
+    text = f"promise {settled.promise_id} {settled.status}: {error}"
     return ToolResult.of_text(text, is_error=True, details=details)
 
 

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..engine.failures import MAX_FAILURE_MESSAGE, MAX_FAILURE_TYPE
 from .paths import MAX_NAME as MAX_NAME  # re-exported: routes_api takes them from here
 from .paths import SESSION_ID_PATTERN as SESSION_ID_PATTERN
 
@@ -206,11 +207,23 @@ class Cancelled(BaseModel):
     cancelled: bool = Field(description="false when the task had already ended")
 
 
+class FailureBody(BaseModel):
+    """A failure given instead of a value or an answer (``bide.SignalFailure``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = Field(min_length=1, max_length=MAX_FAILURE_TYPE, description="a short name")
+    message: str = Field(max_length=MAX_FAILURE_MESSAGE)
+    data: Any = Field(default=None, description="optional JSON details")
+
+
 class AnswerAsk(BaseModel):
-    """An answer to a workflow's question: an option, free text, or both."""
+    """An answer to a workflow's question: an option, free text, or both; or a failure
+    instead (the waiting ``ctx.ask`` raises it)."""
 
     option_id: str | None = Field(default=None, max_length=MAX_NAME)
     text: str | None = Field(default=None, max_length=MAX_CONTENT_CHARS)
+    failure: FailureBody | None = None
 
 
 class CompleteAuthorization(BaseModel):
@@ -321,8 +334,9 @@ class ValidationErrorBody(BaseModel):
 class EventsPage(_PageFields):
     """``GET /sessions/{session_id}/events``: the session's events, oldest first. Each has
     ``seq`` (1, 2, ...), ``type`` (``run_ended``, ``approval_requested``,
-    ``approval_decided``, ``approval_closed``, ``promise_settled``), ``at`` (epoch seconds)
-    and the fields of its type; a field over 2 KiB is ``{"omitted": true, "bytes": n}``."""
+    ``approval_decided``, ``approval_closed``, ``promise_settled``, ``ask_opened``,
+    ``ask_answered``, ``ask_closed``, ``progress``), ``at`` (epoch seconds) and the fields of
+    its type; a field over 2 KiB is ``{"omitted": true, "bytes": n}``."""
 
     session_id: str
     items: list[dict[str, Any]]
@@ -337,11 +351,18 @@ class ResolvePromise(BaseModel):
 
 
 class RejectPromise(BaseModel):
-    """Why the promise failed."""
+    """Why the promise failed: a message, and optionally its type and JSON details."""
 
     model_config = ConfigDict(extra="forbid")
 
     error: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    type: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_FAILURE_TYPE,
+        description="the error's type (default Rejected)",
+    )
+    data: Any = Field(default=None, description="optional JSON details")
 
 
 class PromiseSettledResult(BaseModel):

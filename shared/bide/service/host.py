@@ -30,8 +30,10 @@ from typing import Any, Literal
 from ..bindings import BindingSet
 from ..bindings.declaration import WorkflowBinding
 from ..engine.events import EVENT_PREFIX
+from ..engine.failures import SignalFailure
 from ..engine.host import host_commit
 from ..promises import Promises, ResolveResult
+from ..promises.model import DEFAULT_REJECTION
 from ..tools.define import tool_owners
 from .attach import attach as _attach
 from .deps import Deps
@@ -125,8 +127,11 @@ async def settle_promise(
     *,
     value: Any = None,
     error: str | None = None,
+    error_type: str | None = None,
+    error_data: Any = None,
 ) -> ResolveResult:
-    """Resolve (with ``value``) or reject (with ``error``) a promise of the session:
+    """Resolve (with ``value``) or reject (with ``error``, typed ``error_type``, default
+    ``Rejected``, and ``error_data``) a promise of the session:
     ``settled``, ``ignored`` (it had ended; the first outcome stands), ``expired`` or
     ``not_found``. Raises :class:`~bide.engine.limits.ValueRefused` (nothing written) for a
     value over the limits."""
@@ -135,7 +140,9 @@ async def settle_promise(
     if status == "resolved":
         result = await promises.resolve(promise_id, value)
     else:
-        result = await promises.reject(promise_id, error or "rejected")
+        message = error or "rejected"
+        typed = SignalFailure(error_type or DEFAULT_REJECTION, message, error_data)
+        result = await promises.reject(promise_id, typed)
     if result is not ResolveResult.NOT_FOUND:
         deps.queue.wake(session_id, "promise-stored")
     return result

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from ..agent.conversation import Submission
 from ..engine.errors import ConflictError, StoreUnavailable
+from ..engine.failures import SignalFailure
 from ..engine.limits import ValueRefused
 from . import observability as obs
 from . import routes_host
@@ -371,8 +372,9 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
     )
     async def answer_ask(session_id: SessionId, ask_id: AskId, body: AnswerAsk) -> Response[Any]:
         with obs.correlated(session_id=session_id):
+            failure = None if body.failure is None else SignalFailure(**body.failure.model_dump())
             result = await workflow_service.answer(
-                existing(session_id), session_id, ask_id, body.option_id, body.text
+                existing(session_id), session_id, ask_id, body.option_id, body.text, failure
             )
         return model_response(200, Delivery(result=str(result)))
 

@@ -59,7 +59,8 @@ def register(
         "/sessions/<session_id>/events",
         summary="Read the session's events (long poll)",
         description="Events after `cursor`, oldest first: runs that ended (answer, failed, "
-        "stopped), approvals requested, decided or closed, promises settled. With `wait` the "
+        "stopped), approvals requested, decided or closed, promises settled, workflow "
+        "questions opened, answered or closed, progress (coalesced). With `wait` the "
         f"request waits up to that many seconds (at most {MAX_WAIT_SECONDS}) for an event "
         "when there is none yet, and answers as soon as one exists.",
         responses=responses((200, "a page of events", EventsPage), 400, 403, 404, 422, 503),
@@ -117,7 +118,13 @@ def register(
     async def reject(session_id: SessionId, promise_id: Name, body: RejectPromise) -> Response[Any]:
         with obs.correlated(session_id=session_id):
             result = await settle_promise(
-                existing(session_id), session_id, promise_id, "rejected", error=body.error
+                existing(session_id),
+                session_id,
+                promise_id,
+                "rejected",
+                error=body.error,
+                error_type=body.type,
+                error_data=body.data,
             )
         return model_response(200, PromiseSettledResult(result=result.value))
 

@@ -5,6 +5,9 @@
 * ``POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}``: a JSON body
   delivered by task id (the route is IAM-authorised in the stack; like the sessions API it
   lets in the session's owner and administrators only: :mod:`bide.service.owners`);
+* both with ``/failure`` appended: the body is a failure ``{"type", "message", "data"?}``
+  instead of a value (a ``{"$failure": {...}}`` body on the plain routes is one too:
+  :mod:`bide.service.failure_body`);
 * the same two paths ending in ``/heartbeat``: a beat on the key (:mod:`bide.service.beats`:
   one conditional write, no wake; the body is ignored, but signed like a value's).
 
@@ -26,6 +29,7 @@ from ..engine.rules import SignalDecision
 from . import observability as obs
 from .beats import beat, beat_webhook
 from .deps import Deps
+from .failure_body import delivery_of
 from .owners import NoPrincipal, NotAllowed, caller_of, check_access
 from .paths import MAX_NAME, SESSION_ID_PATTERN
 from .signals import STATUS_OF, deliver, deliver_webhook, parse_json_body
@@ -39,6 +43,9 @@ if TYPE_CHECKING:
 SIGNAL_ROUTES: dict[str, str] = {
     "hook": "POST /hooks/{token}",
     "signal": "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}",
+    # The failure forms of both (bide.service.failure_body): the body is a failure.
+    "hook_failure": "POST /hooks/{token}/failure",
+    "signal_failure": "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/failure",
 }
 # Heartbeats (issue 13): a beat on the key a hook or a signal path names.
 SIGNAL_ROUTES["hook_beat"] = SIGNAL_ROUTES["hook"] + "/heartbeat"
@@ -97,18 +104,35 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
             STATUS_OF[decision.result], {"result": result, "errors": list(decision.errors)}
         )
 
-    @app.post(_rule(SIGNAL_ROUTES["hook"]), include_in_schema=False)
-    def hook(token: str) -> Response[Any]:
+    def webhook(route: str, token: str) -> Response[Any]:
         current, token = require(deps), _decoded(token)
         body, headers = request()
         # A token names its session: one no session can have is refused before any read.
         if not re.fullmatch(SESSION_ID_PATTERN, parse_token(token)[0]):
             raise WebhookRejected(404, "unknown webhook")
-        decision, binding = deliver_webhook(current, token, headers, body)
-        return delivered("hook", decision, binding.session_id, binding.task_id)
+        failure = route == "hook_failure"
+        decision, binding = deliver_webhook(current, token, headers, body, failure=failure)
+        return delivered(route, decision, binding.session_id, binding.task_id)
+
+    @app.post(_rule(SIGNAL_ROUTES["hook"]), include_in_schema=False)
+    def hook(token: str) -> Response[Any]:
+        return webhook("hook", token)
+
+    @app.post(_rule(SIGNAL_ROUTES["hook_failure"]), include_in_schema=False)
+    def hook_failure(token: str) -> Response[Any]:
+        return webhook("hook_failure", token)
 
     @app.post(_rule(SIGNAL_ROUTES["signal"]), include_in_schema=False)
     def by_task_id(session_id: str, task_id: str, signal: str, key: str) -> Response[Any]:
+        return signal_route("signal", session_id, task_id, signal, key)
+
+    @app.post(_rule(SIGNAL_ROUTES["signal_failure"]), include_in_schema=False)
+    def failure_by_task_id(session_id: str, task_id: str, signal: str, key: str) -> Response[Any]:
+        return signal_route("signal_failure", session_id, task_id, signal, key)
+
+    def signal_route(
+        route: str, session_id: str, task_id: str, signal: str, key: str
+    ) -> Response[Any]:
         current = require(deps)
         session_id, task_id = _decoded(session_id), _decoded(task_id)
         signal, key = _decoded(signal), _decoded(key)
@@ -120,7 +144,8 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
             check_access(current.store, session_id, caller)
         except (NotAllowed, NoPrincipal) as exc:
             raise WebhookRejected(403, str(exc)) from None
-        value = parse_json_body(body, headers.get("content-type"))
+        parsed = parse_json_body(body, headers.get("content-type"))
+        value = delivery_of(parsed, failure_route=route == "signal_failure")
         # Only the app's answer about the caller's signal name is the caller's to read: a
         # DefinitionError from anywhere else (the store, the engine) is a 500 with fixed text.
         try:
@@ -128,7 +153,7 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
         except DefinitionError as exc:
             raise WebhookRejected(404, str(exc)) from None
         decision = deliver(current, session_id, task_id, signal, key, value)
-        return delivered("signal", decision, session_id, task_id)
+        return delivered(route, decision, session_id, task_id)
 
     # --- heartbeats: the same checks as a value's request, then a beat (no body parsed) ---
 

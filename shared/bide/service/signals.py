@@ -13,6 +13,7 @@ from ..engine.rules import SignalDecision
 from ..engine.signals import SignalResult
 from ..tools.webhooks import WebhookBinding, WebhookRejected, resolve, verify
 from .deps import Deps
+from .failure_body import delivery_of
 from .json_body import JsonRefused, strict_json
 
 # What each result means to an HTTP caller.
@@ -29,6 +30,8 @@ def deliver(
     deps: Deps, session_id: str, task_id: str, signal: str, key: str, value: Any
 ) -> SignalDecision:
     """Store the value, then queue one wake (docs/reliability.md, "One wake per signal").
+    A :class:`~bide.engine.failures.SignalFailure` as ``value`` is stored and woken for
+    exactly like a value: one conditional write, one wake.
     Raises :class:`DefinitionError` when the app has no signal by that name, and
     :class:`WebhookRejected` (400 too deep or not JSON, 413 too large or over the task's
     budget) for a value the limits of :mod:`bide.engine.limits` refuse; nothing is stored.
@@ -75,10 +78,12 @@ def parse_json_body(body: bytes, content_type: str | None) -> Any:
 
 
 def deliver_webhook(
-    deps: Deps, token: str, headers: dict[str, str], body: bytes
+    deps: Deps, token: str, headers: dict[str, str], body: bytes, *, failure: bool = False
 ) -> tuple[SignalDecision, WebhookBinding]:
     """Check a webhook request and deliver its body. Raises :class:`WebhookRejected` for an
-    unknown token, a bad signature, an oversized, mistyped or malformed body."""
+    unknown token, a bad signature, an oversized, mistyped or malformed body. ``failure``:
+    the body is a failure (the ``/failure`` route); either way a ``$failure`` envelope is
+    one (:mod:`bide.service.failure_body`)."""
 
     def find(session_id: str, key: str) -> Any:
         found = deps.store.get_doc(session_id, key)
@@ -92,7 +97,7 @@ def deliver_webhook(
             413, f"body is {len(body)} bytes; the limit is {MAX_WEBHOOK_BODY_BYTES}"
         )
     verify(binding, lowered, body, deps.clock.now())
-    value = parse_json_body(body, lowered.get("content-type"))
+    value = delivery_of(parse_json_body(body, lowered.get("content-type")), failure_route=failure)
     try:
         decision = deliver(deps, session_id, binding.task_id, binding.signal, binding.key, value)
     except DefinitionError:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..approvals import Approvals, DecideResult
+from ..engine.failures import SignalFailure
 from ..engine.harness import Harness
 from ..engine.signals import SignalResult
 from ..workflow.host import VIEW_LISTS, complete_authorization_in, view_lists
@@ -58,12 +59,14 @@ async def answer(
     ask_id: str,
     option_id: str | None = None,
     text: str | None = None,
+    failure: SignalFailure | None = None,
 ) -> SignalResult:
     """Answer a question: ``delivered``, ``duplicate`` (answered before; the first answer
-    stands), ``closed`` (its run ended), ``invalid`` or ``not_found``. Never steers."""
+    stands), ``closed`` (its run ended), ``invalid`` or ``not_found``. Never steers. A
+    ``failure`` instead of an answer makes the waiting ``ctx.ask`` raise it."""
     deps.queue.wake(session_id, "answer")
     harness = await _attach(deps, session_id)
-    result = answer_in(harness, ask_id, option_id=option_id, text=text)
+    result = answer_in(harness, ask_id, option_id=option_id, text=text, failure=failure)
     return _woken(deps, session_id, result, "answer-stored")
 
 

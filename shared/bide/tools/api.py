@@ -108,8 +108,25 @@ class ToolExecutionApi:
         return await self._rt.memo(name, candidate)
 
     def progress(self, text: str) -> None:
-        """Report progress of this run (in memory only)."""
+        """Report progress of this run: kept in :attr:`progress_log` and carried to the
+        session's event stream as ``progress`` events, coalesced (at most one every
+        :data:`~bide.engine.progress.PROGRESS_INTERVAL` seconds, the latest value winning,
+        the last one always written when the run parks or ends)."""
         self.progress_log.append(text)
+        tool, call_id = self._caller()
+        self._rt.progress.report(text, tool=tool, call_id=call_id)
+
+    def _caller(self) -> tuple[str | None, str | None]:
+        """The tool and the model's call id of the task this run belongs to (from its input:
+        a tool call's ``name``, a background task's ``tool``)."""
+        record = self._rt._h.task(self.task_id)
+        given = record.input if record is not None and isinstance(record.input, dict) else {}
+        tool = given.get("name") or given.get("tool")
+        call_id = given.get("call_id")
+        return (
+            tool if isinstance(tool, str) else None,
+            call_id if isinstance(call_id, str) else None,
+        )
 
     async def diagnostic(self, text: str) -> None:
         """Record a diagnostic durably; every later run and the result carry it."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..engine.errors import DefinitionError, InvalidPark, InvocationEnded
+from ..engine.failures import FailureReceived
 from ..engine.state import (
     Aborted,
     Completed,
@@ -214,6 +215,13 @@ async def _run(
         returned = await tool.execute(tool.parse(arguments), api)
     except InvocationEnded:
         raise
+    except FailureReceived as exc:  # a wait's failure nobody caught: the call failed with it
+        text = f"{exc.type}: {exc.message}"
+        result = ToolResult.error(
+            ToolErrorCode.TOOL_ERROR, text, details={"failure": exc.to_json()}
+        )
+        await _settle(registry, task, rt, call, result, failed=True)
+        return
     except Exception as exc:
         result = ToolResult.error(ToolErrorCode.TOOL_ERROR, f"{type(exc).__name__}: {exc}")
         await _settle(registry, task, rt, call, result)

@@ -24,8 +24,9 @@ thing. Designs 000 and 003 give the behaviour:
   the history holds, raises :class:`NonDeterminism` and fails the run; it is reported to an
   operator (a ``wf/nondeterminism/<task>`` document in :func:`view_in`, the harness service
   ``workflow_nondeterminism``: a log line and a metric on the service).
-* **Progress and messages**: ``ctx.progress(value)`` is stream-only (the services'
-  ``workflow_progress`` sink; last write wins; never the result). A background body's
+* **Progress and messages**: ``ctx.progress(value)`` goes to the session's event stream
+  as coalesced ``progress`` events (:mod:`bide.engine.progress`) and to the services'
+  ``workflow_progress`` sink (last write wins); never the result. A background body's
   ``await task.post_message(text)`` wakes the parent conversation with a message attributed
   to the task. The body's return value is the result.
 * **Background** (``lifetime="task"``): the model gets ``{"status": "working", "task_id"}``
@@ -56,6 +57,7 @@ from .context import StepContext, TaskHandle, WorkflowContext
 from .define import define_background_tool, define_workflow_tool, result_of_value
 from .errors import (
     Cancelled,
+    FailureReceived,
     FatalError,
     HeartbeatMissed,
     NonDeterminism,
@@ -94,6 +96,7 @@ __all__ = [
     "AuthorizationRequest",
     "BackgroundTaskInfo",
     "Cancelled",
+    "FailureReceived",
     "FatalError",
     "HeartbeatMissed",
     "InMemoryAuthProviders",

@@ -362,7 +362,7 @@ async def _end(
         outcome = Aborted(reason=task.abort_reason)
 
     def build(tx: Any) -> Terminal:
-        withdraw(tx, requests)
+        withdraw(tx, requests, "ended" if status == "working" else status)
         info = tx.get_doc(index_key(task.id)) or _info(task.id, spec, tx.now()).model_dump()
         ended = {"status": status, "ended_at": tx.now(), "result": result, "error": error}
         if why is not None:

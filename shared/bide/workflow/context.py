@@ -32,7 +32,14 @@ from ..tools.redaction import SECRETS, scrub
 from ..tools.redaction import register as register_secret
 from ..tools.results import Sleep
 from .auth import providers_of, resolved
-from .errors import AuthorizationRequired, Cancelled, NonDeterminism, WorkflowError, _Suspend
+from .errors import (
+    AuthorizationRequired,
+    Cancelled,
+    FailureReceived,
+    NonDeterminism,
+    WorkflowError,
+    _Suspend,
+)
 from .history import WAKE, has_history, memos, op_memo, result_memo, seq_key
 from .nondeterminism import fewer_operations, report_nondeterminism
 from .ops import (
@@ -328,11 +335,14 @@ class WorkflowContext:
         return RaceOp(self, ops, timeout, until)
 
     def progress(self, value: Any) -> None:
-        """Report progress: stream-only and in memory (last write wins per call); it never
-        wakes the parent and is never the result. Silent while the body replays."""
+        """Report progress (JSON): it never wakes the parent and is never the result. Silent
+        while the body replays. It goes to the session's event stream as ``progress``
+        events, coalesced (:mod:`bide.engine.progress`: at most one every few seconds, the
+        latest value winning, the last one always written when the run parks or ends)."""
         if self._replaying or self._suspended or self._dead is not None:
             return
         self.last_progress = value
+        self._rt.progress.report(value, tool=self.tool_name, call_id=self.call_id)
         if self._host.report is not None:
             self._host.report(value)
         sink = self._rt.services.get("workflow_progress")
@@ -512,6 +522,8 @@ class Errored:
 
     error: str
     nondeterminism: dict[str, Any] | None = None
+    failure: FailureReceived | None = None
+    """Set when the body let a received failure escape: the call ends failed with it."""
 
 
 @dataclass(frozen=True)
@@ -569,7 +581,8 @@ async def run_body(
     if cancelling:
         return Unwound(None if failure is None else scrub(f"{type(failure).__name__}: {failure}"))
     if failure is not None:
-        return Errored(scrub(f"{type(failure).__name__}: {failure}"))
+        received = failure if isinstance(failure, FailureReceived) else None
+        return Errored(scrub(f"{type(failure).__name__}: {failure}"), failure=received)
     return Finished(value)
 
 

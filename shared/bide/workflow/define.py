@@ -21,7 +21,7 @@ is :func:`bide.tools.define.define_background_tool`, re-exported here.
 
 The final-output rule: a body's return value is the result (a ``str`` or a
 :class:`~bide.tools.ToolResult` as is; anything else as JSON text, also kept in ``details``).
-Progress (``ctx.progress``) is stream-only and never becomes the result; ``return None``
+Progress (``ctx.progress``) goes to the event stream and never becomes the result; ``return None``
 means the result ``null``.
 """
 
@@ -50,7 +50,7 @@ from ..tools.define import (
 from ..tools.results import ToolErrorCode, ToolResult
 from .background import call_input
 from .context import Errored, Finished, Parked, RunHost, open_requests, run_body
-from .requests import withdraw
+from .requests import CloseReason, withdraw
 
 __all__ = ["define_background_tool", "define_workflow_tool", "result_of_value"]
 
@@ -150,7 +150,8 @@ def result_of_value(value: Any) -> ToolResult:
 
 def _foreground(api: ToolExecutionApi, tool: WorkflowTool) -> RunHost:
     def report(value: Any) -> None:
-        api.progress(value if isinstance(value, str) else json.dumps(value, default=str))
+        # Only the call's log: ctx.progress writes the value itself to the event stream.
+        api.progress_log.append(value if isinstance(value, str) else json.dumps(value, default=str))
 
     return RunHost(
         api._rt,
@@ -180,10 +181,13 @@ def _replayed(name: str) -> tuple[Any, Any]:
             return outcome.park
         requests = open_requests(api._rt)
         if requests:  # the run ends with this result: its open questions are withdrawn
-            await api.write(lambda tx: withdraw(tx, requests))
+            why: CloseReason = "completed" if isinstance(outcome, Finished) else "failed"
+            await api.write(lambda tx: withdraw(tx, requests, why))
         if isinstance(outcome, Finished):
             return result_of_value(outcome.value)
         assert isinstance(outcome, Errored)
+        if outcome.failure is not None:  # uncaught: the call ends failed with it
+            raise outcome.failure
         details = (
             None if outcome.nondeterminism is None else {"nondeterminism": outcome.nondeterminism}
         )
@@ -200,6 +204,6 @@ def _replayed(name: str) -> tuple[Any, Any]:
             await api.diagnostic(f"cleanup of {name!r} did not finish within {tool.grace}s")
         requests = open_requests(api._rt)
         if requests:
-            await api.write(lambda tx: withdraw(tx, requests))
+            await api.write(lambda tx: withdraw(tx, requests, "cancelled"))
 
     return execute, cancel

@@ -3,8 +3,9 @@
 Two kinds of exception leave a durable operation:
 
 * errors the body may handle (they derive from :class:`~bide.engine.errors.BideError`):
-  :class:`StepFailed`, :class:`WaitTimeout`, :class:`SubagentFailed`, :class:`WorkflowError`
-  and :class:`NonDeterminism`;
+  :class:`StepFailed`, :class:`WaitTimeout`, :class:`SubagentFailed`, :class:`WorkflowError`,
+  :class:`NonDeterminism` and :class:`FailureReceived` (a wait got a failure instead of a
+  value: ``ctx.wait_for``, ``hook.next()``; uncaught, the call ends failed with it);
 * control flow that must unwind the body (they derive from :class:`BaseException`, so an
   ``except Exception`` never swallows them): :class:`Cancelled`, raised at the operation a
   cancelled body was parked at, and the internal suspension that turns an unsatisfied wait
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.errors import BideError
+from ..engine.failures import FailureReceived as FailureReceived  # re-exported
 
 
 class WorkflowError(BideError):

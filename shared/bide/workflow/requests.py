@@ -20,6 +20,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..engine.events import emit_in
+from ..engine.failures import SignalFailure, failure_errors
+from ..engine.host import HostTx
+from ..engine.limits import check_value
 from ..engine.signals import SignalResult
 from ..engine.store.base import Store
 from .history import WAKE
@@ -28,7 +32,7 @@ if TYPE_CHECKING:
     from ..engine.harness import Draft, Harness
 
 Display = Literal["confirmation", "select", "text"]
-RequestStatus = Literal["open", "answered", "completed", "withdrawn"]
+RequestStatus = Literal["open", "answered", "failed", "completed", "withdrawn"]
 ASK_PREFIX = "ask/"
 AUTH_PREFIX = "auth/"
 
@@ -69,6 +73,8 @@ class InputRequest(BaseModel):
     allow_freeform: bool = False
     status: RequestStatus = "open"
     answer: AskAnswer | None = None
+    failure: dict[str, Any] | None = None
+    """A failure given instead of an answer (status ``failed``): ``ctx.ask`` raises it."""
     created_at: float = 0.0
     ended_at: float | None = None
     wake: str | None = Field(default=None, description="the doorbell key the run parks on")
@@ -112,12 +118,48 @@ def auth_key(request_id: str) -> str:
     return f"{AUTH_PREFIX}{request_id}"
 
 
-def withdraw(tx: Any, keys: list[str]) -> None:
-    """Withdraw the open requests among ``keys`` (in ``tx``'s commit): the run ended."""
+#: Why questions were closed unanswered (``ask_closed``'s ``reason``): how their run ended.
+CloseReason = Literal["completed", "failed", "cancelled", "ended"]
+
+
+def answer_path(session_id: str, ask_id: str) -> str:
+    """The API route that answers a question (``POST``, body ``{option_id?, text?}``)."""
+    return f"/sessions/{session_id}/asks/{ask_id}/answer"
+
+
+def ask_opened_in(tx: Any, request: InputRequest) -> None:
+    """Report a question just published, in the commit that publishes it."""
+    emit_in(
+        tx,
+        "ask_opened",
+        {
+            "ask": request.id,
+            "task_id": request.task_id,
+            "tool": request.tool,
+            "call_id": request.call_id,
+            "prompt": request.prompt,
+            "display": request.display,
+            "options": [o.model_dump(mode="json", exclude_none=True) for o in request.options],
+            "allow_freeform": request.allow_freeform,
+            "answer_path": answer_path(tx.session_id, request.id),
+        },
+    )
+
+
+def withdraw(tx: Any, keys: list[str], reason: CloseReason = "ended") -> None:
+    """Withdraw the open requests among ``keys`` (in ``tx``'s commit): the run ended, as
+    ``reason`` says. The questions among them are reported by one ``ask_closed`` event."""
+    closed: list[str] = []
+    task_id = None
     for key in keys:
         body = tx.get_doc(key)
         if body is not None and body.get("status") == "open":
             tx.put_doc(key, {**body, "status": "withdrawn", "ended_at": tx.now(), "wake": None})
+            if key.startswith(ASK_PREFIX):
+                closed.append(body["id"])
+                task_id = body["task_id"]
+    if closed:
+        emit_in(tx, "ask_closed", {"asks": closed, "task_id": task_id, "reason": reason})
 
 
 # --- answering (host side) ---------------------------------------------------------------
@@ -143,32 +185,50 @@ def _settle(
         body = d.get_doc(key)
         if body is None:
             return SignalResult.NOT_FOUND
-        if body["status"] in ("answered", "completed"):
+        if body["status"] in ("answered", "failed", "completed"):
             return SignalResult.DUPLICATE
         if body["status"] == "withdrawn":
             return SignalResult.CLOSED
         record = d.find(body["task_id"])
         if record is None or not record.live or record.state.status == "completing":
             # The run ended without withdrawing (a cut-off replay-unsafe run): do it now.
-            d.put_doc(key, {**body, "status": "withdrawn", "ended_at": now, "wake": None})
+            withdraw(HostTx(harness, d), [key])
             return SignalResult.CLOSED
         update = decide(body)
         if isinstance(update, SignalResult):
             return update
-        return _close(d, key, body, update, now)
+        result = _close(d, key, body, update, now)
+        if key.startswith(ASK_PREFIX):
+            fields = {"ask": body["id"], "task_id": body["task_id"], "answer": update.get("answer")}
+            if "failure" in update:  # a failure given instead of an answer
+                fields["failure"] = update["failure"]
+            emit_in(HostTx(harness, d), "ask_answered", fields)
+        return result
 
     return harness._apply(change)
 
 
 def answer_in(
-    harness: Harness, ask_id: str, *, option_id: str | None = None, text: str | None = None
+    harness: Harness,
+    ask_id: str,
+    *,
+    option_id: str | None = None,
+    text: str | None = None,
+    failure: SignalFailure | None = None,
 ) -> SignalResult:
     """Answer a question through an attached or open harness: ``delivered`` (the run
     resumes), ``duplicate`` (already answered: the first answer stands), ``closed`` (the run
-    ended and withdrew it), ``invalid`` (not one of its options) or ``not_found``."""
+    ended and withdrew it), ``invalid`` (not one of its options, or a malformed ``failure``)
+    or ``not_found``. A ``failure`` instead of an answer makes ``ctx.ask`` raise
+    :class:`~bide.engine.failures.FailureReceived` (status ``failed``; first wins too)."""
     answer = AskAnswer(option_id=option_id, text=text)
 
     def decide(body: dict[str, Any]) -> dict[str, Any] | SignalResult:
+        if failure is not None:
+            if failure_errors(failure):
+                return SignalResult.INVALID
+            check_value(failure.to_json(), f"the failure answering {ask_id!r}")
+            return {"status": "failed", "failure": failure.to_json()}
         if InputRequest.model_validate(body).check(answer) is not None:
             return SignalResult.INVALID
         return {"status": "answered", "answer": answer.model_dump()}

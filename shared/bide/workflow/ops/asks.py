@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...engine.failures import SignalFailed
 from ..errors import WorkflowError
 from ..history import derived_id
-from ..requests import AskAnswer, AskOption, Display, InputRequest, ask_key
-from .base import Op, Outcome, Pending, Ready
+from ..requests import AskAnswer, AskOption, Display, InputRequest, ask_key, ask_opened_in
+from .base import Op, Outcome, Pending, Ready, failed, raise_failure
 
 if TYPE_CHECKING:
     from ..context import WorkflowContext
@@ -62,14 +63,18 @@ class AskOp(Op[AskAnswer]):
         if tx.get_doc(record["doc"]) is None:
             request = self._request.model_copy(update={"created_at": tx.now()})
             tx.put_doc(record["doc"], request.model_dump(mode="json"))
+            ask_opened_in(tx, request)
 
     async def poll(self, record: dict[str, Any]) -> Outcome:
         body = self._ctx._rt.get_doc(record["doc"]) or {}
         if body.get("status") == "answered":
             return Ready(body["answer"])
+        if body.get("status") == "failed":  # a failure instead of an answer: raise it
+            return failed(SignalFailed(**body["failure"]))
         if body.get("status") != "open":
             raise WorkflowError(f"question {self._request.id!r} was withdrawn")
         return Pending(bells=(record["doc"],))
 
     async def decode(self, stored: dict[str, Any]) -> AskAnswer:
+        raise_failure(stored)
         return AskAnswer.model_validate(stored["v"])

@@ -17,6 +17,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from ...engine.failures import FailureReceived, SignalFailed
 from ...engine.signals import SignalKey
 
 if TYPE_CHECKING:
@@ -57,6 +58,24 @@ class Pending:
 
 
 Outcome = Ready | Raise | Pending
+
+FAILURE = "FailureReceived"
+"""The recorded error type of a wait resolved by a failure (see :func:`failed`)."""
+
+
+def failed(state: SignalFailed, **extra: Any) -> Raise:
+    """A wait's key got a failure: recorded with its type, message and data, so every replay
+    raises the same :class:`~bide.engine.failures.FailureReceived` (:func:`raise_failure`)."""
+    failure = state.error()
+    return Raise({"type": FAILURE, "message": str(failure), "failure": failure.to_json(), **extra})
+
+
+def raise_failure(stored: dict[str, Any]) -> None:
+    """Raise the :class:`~bide.engine.failures.FailureReceived` a recorded resolution holds,
+    if it holds one."""
+    error = stored.get("error")
+    if isinstance(error, dict) and error.get("type") == FAILURE:
+        raise FailureReceived(**error["failure"])
 
 
 class Op(Generic[T]):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ...engine.failures import SignalFailed
 from ...engine.signals import SignalExpired, SignalToken, SignalValue
 from ..errors import HeartbeatMissed, WaitTimeout, WorkflowError
-from .base import Op, Outcome, Pending, Raise, Ready
+from .base import Op, Outcome, Pending, Raise, Ready, failed, raise_failure
 
 if TYPE_CHECKING:
     from ..context import WorkflowContext
@@ -43,7 +44,8 @@ class SleepOp(Op[None]):
 class WaitForOp(Op[T]):
     """``ctx.wait_for(token, key, timeout=, heartbeat=)``: the signal value delivered to this
     run under ``key``; with a timeout, :class:`WaitTimeout` when it does not come in time; with
-    a heartbeat, :class:`HeartbeatMissed` when no beat came on the key for that long."""
+    a heartbeat, :class:`HeartbeatMissed` when no beat came on the key for that long;
+    :class:`~bide.engine.failures.FailureReceived` when a failure came instead."""
 
     kind = "wait_for"
 
@@ -79,6 +81,8 @@ class WaitForOp(Op[T]):
         state = await rt.read_signal(self._token, self._key)
         if isinstance(state, SignalValue):
             return Ready(self._token.dump(state.value))
+        if isinstance(state, SignalFailed):  # the sender said it failed: the body gets it
+            return failed(state)
         until = record.get("until")
         if until is not None and rt.now() >= until:
             return Raise({"type": "WaitTimeout", "message": f"no {self.name!r} in time"})
@@ -98,6 +102,7 @@ class WaitForOp(Op[T]):
         return Pending(keys=(self._token.key(self._key),), until=until, heartbeat=self.heartbeat)
 
     async def decode(self, stored: dict[str, Any]) -> T:
+        raise_failure(stored)
         if "error" in stored:
             error = HeartbeatMissed if stored["error"]["type"] == "HeartbeatMissed" else WaitTimeout
             raise error(stored["error"]["message"])

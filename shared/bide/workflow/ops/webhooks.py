@@ -8,11 +8,12 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ...engine.failures import SignalFailed
 from ...engine.signals import SignalExpired, SignalValue
 from ...tools.webhook_keys import keys_of
 from ...tools.webhooks import WebhookBinding, binding_key, token_of
 from ..history import WEBHOOK, seq_key
-from .base import Op, Outcome, Pending, Ready
+from .base import Op, Outcome, Pending, Ready, failed, raise_failure
 
 if TYPE_CHECKING:
     from ..context import WorkflowContext
@@ -94,13 +95,17 @@ class NextRequestOp(Op[Any]):
             state = await rt.read_signal(WEBHOOK, key)
             if isinstance(state, SignalValue):
                 return Ready({"index": index, "body": state.value})
+            if isinstance(state, SignalFailed):  # a request said "failed": raise it
+                return failed(state, index=index)
             if isinstance(state, SignalExpired):  # a wait on it timed out; requests moved on
                 index += 1
                 continue
             return Pending(keys=(WEBHOOK.key(key),))
 
     async def decode(self, stored: dict[str, Any]) -> Any:
-        self._hook._next = max(self._hook._next, stored["v"]["index"] + 1)
+        taken = stored["v"] if "v" in stored else stored["error"]
+        self._hook._next = max(self._hook._next, taken["index"] + 1)
+        raise_failure(stored)
         return stored["v"]["body"]
 
 
