@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kit import ANSWER, Kit, run
 from pydantic import ValidationError
@@ -319,3 +321,13 @@ def test_a_heartbeat_sleep_must_expire_its_keys():
             check_sleep(k.h.task(t), sleep, moved=nothing_moved)
 
     run(go())
+
+
+def test_a_sleep_without_heartbeat_is_stored_as_before_and_fields_round_trip():
+    plain = Sleeping(checkpoint="x", signals=(ANSWER.key("a"),), until=5.0)
+    assert set(json.loads(plain.model_dump_json())) == {"status", "checkpoint", "until", "signals"}
+    beating = Sleeping(checkpoint="x", signals=(ANSWER.key("a"),), heartbeat=30.0, beat_by=40.0)
+    assert Sleeping.model_validate_json(beating.model_dump_json()) == beating
+    kept_open = Sleeping(checkpoint="x", until=5.0, expire_on_deadline=False)
+    assert json.loads(kept_open.model_dump_json())["expire_on_deadline"] is False
+    assert Sleeping.model_validate_json(kept_open.model_dump_json()) == kept_open

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from .signals import SignalKey
 
@@ -181,11 +188,25 @@ class Sleeping(_Frozen):
 
     _c = field_validator("checkpoint", mode="before")(_checkpoint)
 
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # The heartbeat and race fields are written only when set: a sleep without them is
+        # stored exactly as before they existed, so a process of an earlier version (which
+        # refuses unknown fields) still reads it during a rolling deploy.
+        data = handler(self)
+        for name, default in _SLEEP_DEFAULTS.items():
+            if isinstance(data, dict) and data.get(name, default) == default:
+                data.pop(name, None)
+        return data
+
     @property
     def deadline(self) -> float | None:
         """The earliest time this sleep wakes without a value: ``until`` or ``beat_by``."""
         times = [t for t in (self.until, self.beat_by) if t is not None]
         return min(times) if times else None
+
+
+_SLEEP_DEFAULTS: dict[str, Any] = {"heartbeat": None, "beat_by": None, "expire_on_deadline": True}
 
 
 class Completing(_Frozen):
