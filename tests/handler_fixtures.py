@@ -101,6 +101,7 @@ class Probe:
 class RoundArgs(BaseModel):
     keys: list[str] = []
     after: float | None = None  # seconds from now
+    heartbeat: float | None = None
 
 
 def napper(probe: Probe):
@@ -114,6 +115,7 @@ def napper(probe: Probe):
             checkpoint={"phase": "woke", "round": index},
             signals=tuple(REPLY.key(k) for k in spec.keys),
             until=None if spec.after is None else rt.now() + spec.after,
+            heartbeat=spec.heartbeat,
         )
 
     async def sleep(task, rt) -> None:
@@ -145,6 +147,7 @@ def napper(probe: Probe):
 class HookArgs(BaseModel):
     signed: bool = False
     after: float | None = None
+    heartbeat: float | None = None
 
 
 class NoArgs(BaseModel):
@@ -165,7 +168,7 @@ def tools(probe: Probe) -> ToolRegistry:
         hook = await mint_webhook(api, REPLY, "done", hmac_secret=secret)
         probe.minted[api.task_id] = hook
         until = None if args.after is None else api.now() + args.after
-        return Sleep(signals=[REPLY.key("done")], until=until)
+        return Sleep(signals=[REPLY.key("done")], until=until, heartbeat=args.heartbeat)
 
     async def fetch_big(args: NoArgs, api) -> Any:
         state = await api.read_signal(REPLY, "go")

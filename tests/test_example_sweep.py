@@ -42,6 +42,7 @@ SWEPT = [
     "58_devbox_background",
     "60_steer_interrupts_parked_tool",
     "61_ci_failure_caught",
+    "62_render_heartbeats",
 ]
 
 

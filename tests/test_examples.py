@@ -206,6 +206,15 @@ KEY_LINES: dict[str, list[str]] = {
         "outcome: failed: CompileError: main.c:3: syntax error",
         "ok: a typed failure was caught and retried; an uncaught one failed the call",
     ],
+    "62_render_heartbeats.py": [
+        "both calls sleep; wake(): at=+5 min",
+        "+8 min: beats intro -> delivered, outro -> delivered; wake(): at=+13 min",
+        "+13 min: beats none; wake(): at=+17 min",
+        "outro missed its beat: FatalError: job-outro stopped beating",
+        'intro: {"url": "https://cdn.example/intro.mp4"}',
+        "outro's dead job reports after all -> closed",
+        "ok: beats kept one job's wait open; the dead job was noticed 13 minutes in, not 6 hours",
+    ],
     "59_testing_with_bide_testing.py": [
         "ok: ManualClock: the question expired after four hours",
         "ok: FaultyStore: the process died after the park; the answer still arrived",

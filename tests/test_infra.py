@@ -404,6 +404,8 @@ def test_routes_and_their_authorization(stack, template):
         "POST /hooks/{token}/failure": "NONE",
         "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}": "AWS_IAM",
         "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/failure": "AWS_IAM",
+        "POST /hooks/{token}/heartbeat": "NONE",
+        "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/heartbeat": "AWS_IAM",
         "ANY /sessions": "AWS_IAM",
         "ANY /sessions/{proxy+}": "AWS_IAM",
     }
@@ -419,9 +421,10 @@ def test_routes_and_their_authorization(stack, template):
     signal_id, api_id = _id(stack, service.signal_function), _id(stack, service.api_function)
     assert target_function("POST /hooks/{token}") == signal_id
     assert target_function("POST /hooks/{token}/failure") == signal_id
-    for suffix in ("", "/failure"):
+    for suffix in ("", "/failure", "/heartbeat"):
         route = "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}" + suffix
         assert target_function(route) == signal_id
+    assert target_function("POST /hooks/{token}/heartbeat") == signal_id
     assert target_function("ANY /sessions") == api_id
     assert target_function("ANY /sessions/{proxy+}") == api_id
     # API Gateway may invoke exactly these two functions.

@@ -445,6 +445,7 @@ def test_the_webhook_route_has_its_own_throttle(stack, template) -> None:
     assert props["RouteSettings"] == {
         "POST /hooks/{token}": limits,
         "POST /hooks/{token}/failure": limits,
+        "POST /hooks/{token}/heartbeat": limits,
     }
     # RouteSettings may only name a route that exists: the stage is deployed after it.
     assert _id(stack, stack.service.webhook_route) in stage["DependsOn"]
@@ -461,6 +462,7 @@ def test_the_webhook_throttle_is_a_prop() -> None:
     assert props["RouteSettings"] == {
         "POST /hooks/{token}": limits,
         "POST /hooks/{token}/failure": limits,
+        "POST /hooks/{token}/heartbeat": limits,
     }
     assert props["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 60, "ThrottlingRateLimit": 50}
 

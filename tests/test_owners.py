@@ -109,6 +109,11 @@ SESSION_ROUTES: dict[str, tuple[str, str, Any]] = {
         "/sessions/{sid}/tasks/t-1/signals/test.reply/done/failure",
         {"type": "T", "message": "m"},
     ),
+    SIGNAL_ROUTES["signal_beat"]: (
+        "POST",
+        "/sessions/{sid}/tasks/t-1/signals/test.reply/done/heartbeat",
+        None,
+    ),
 }
 #: Routes not about one session: the caller's own listing.
 CALLER_ROUTES = {"GET /sessions"}
@@ -154,7 +159,9 @@ def create(deps: Deps, principal: str, sid: str | None = None) -> str:
 
 
 def test_every_iam_route_is_in_the_owner_table() -> None:
-    iam_signal_routes = {SIGNAL_ROUTES["signal"], SIGNAL_ROUTES["signal_failure"]}
+    iam_signal_routes = {
+        SIGNAL_ROUTES[name] for name in ("signal", "signal_failure", "signal_beat")
+    }
     assert set(SESSION_ROUTES) | CALLER_ROUTES == set(API_ROUTES) | iam_signal_routes
 
 

@@ -73,13 +73,70 @@ def test_two_waits_race_each_other_and_the_loser_is_awaited_later():
     run(go())
 
 
-def test_a_sleep_wins_over_a_wait_for_and_the_lost_wait_for_times_out():
-    """The race's park lists the wait's key with the sleep's deadline; the engine expires the
-    key then (senders get ``closed``). The sleep wins; the wait_for, awaited again, raises
-    WaitTimeout (never an error about an expired key, never the race's winner)."""
+def test_a_sleep_wins_over_a_wait_for_and_the_lost_wait_for_still_takes_its_value():
+    """The race's park lists the wait's key with the sleep's deadline and leaves the key open
+    at that deadline (``expire_on_deadline=False``). The sleep wins; the wait_for, awaited
+    again, parks on its key and gets the value sent after the race ended."""
 
     async def body(args, ctx):
         value = ctx.wait_for(ANSWER, "go")
+        first = await ctx.first(value, ctx.sleep(hours=1))
+        late = (await value).text
+        return {"winner": first.winner, "late": late}
+
+    async def go():
+        t = await Tools(define_workflow_tool("w", "", Note, body)).start()
+        call = await t.call("w", {})
+        await t.h.run_until_parked()
+        t.kit.clock.advance(HOUR)
+        await t.h.run_until_parked()
+        assert t.status(call) == "sleeping"  # the sleep won; the body awaits the loser
+        assert await t.h.signal(call, ANSWER, "go", {"text": "x"}) == "delivered"
+        await t.h.run_until_parked()
+        assert t.result(call).details == {"winner": 1, "late": "x"}
+
+    run(go())
+
+
+def test_a_wait_for_that_lost_to_the_race_timeout_stays_usable():
+    """Issue 13: the race's own timeout leaves the wait_for's key open. A value sent after the
+    deadline but before the run woke wins the race; one sent after the race ended is read by
+    awaiting the wait_for again."""
+
+    async def body(args, ctx):
+        value = ctx.wait_for(ANSWER, "go")
+        first = await ctx.race(value, timeout=HOUR)
+        late = (await value).text
+        return {"first": None if first is None else first.text, "late": late}
+
+    async def go():
+        t = await Tools(define_workflow_tool("w", "", Note, body)).start()
+        lost = await t.call("w", {}, key="lost")
+        await t.h.run_until_parked()
+        t.kit.clock.advance(HOUR)
+        await t.h.run_until_parked()
+        assert t.status(lost) == "sleeping"
+        await t.reopen()  # the recorded race replays in a new process
+        assert await t.h.signal(lost, ANSWER, "go", {"text": "later"}) == "delivered"
+        await t.h.run_until_parked()
+        assert t.result(lost).details == {"first": None, "late": "later"}
+
+        won = await t.call("w", {}, key="won")
+        await t.h.run_until_parked()
+        t.kit.clock.advance(HOUR)  # the deadline passed; no worker ran yet
+        assert await t.h.signal(won, ANSWER, "go", {"text": "just"}) == "delivered"
+        await t.h.run_until_parked()
+        assert t.result(won).details == {"first": "just", "late": "just"}
+
+    run(go())
+
+
+def test_a_raced_wait_for_with_its_own_timeout_still_expires_at_the_deadline():
+    """The exception: a raced wait_for with timeout= makes the park expire its keys (design
+    001's deadline race), so a late sender is told closed and the wait_for times out."""
+
+    async def body(args, ctx):
+        value = ctx.wait_for(ANSWER, "go", timeout=2 * HOUR)
         first = await ctx.first(value, ctx.sleep(hours=1))
         try:
             late = (await value).text

@@ -13,9 +13,10 @@ The public API:
 * failures (a wait's other answer): :class:`SignalFailure` (deliver it as the value),
   :class:`SignalFailed` (what ``read_signal`` returns then), :class:`FailureReceived` (the
   exception that stands for it);
-* wakes: :class:`WakeTime`, :class:`WakeExpired`, :class:`WakeSignal`, :class:`WakeTasks`,
-  and :class:`Wake` (what ``Harness.wake()`` returns);
+* wakes: :class:`WakeTime`, :class:`WakeExpired`, :class:`WakeHeartbeat`, :class:`WakeSignal`,
+  :class:`WakeTasks`, and :class:`Wake` (what ``Harness.wake()`` returns);
 * running: :class:`Harness`, :func:`deliver_signal` (a signal without loading a session),
+  :func:`deliver_beat` (a heartbeat likewise),
   :class:`WriteTx` (the ``tx`` of a tool's ``api.write`` and of a host command, which
   promises, conversations and delegation write through);
   ports :class:`Clock` (:class:`SystemClock`, :class:`ManualClock`),
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .app import App
     from .engine.clock import DAY, HOUR, MINUTE, Clock, ManualClock, SystemClock
-    from .engine.delivery import deliver_signal
+    from .engine.delivery import deliver_beat, deliver_signal
     from .engine.errors import (
         BideError,
         CommitTooLarge,
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
         Terminal,
         Waiting,
         WakeExpired,
+        WakeHeartbeat,
         WakeReason,
         WakeSignal,
         WakeTasks,
@@ -98,6 +100,7 @@ _EXPORTS: dict[str, str] = {
     "Clock": "engine.clock",
     "ManualClock": "engine.clock",
     "SystemClock": "engine.clock",
+    "deliver_beat": "engine.delivery",
     "deliver_signal": "engine.delivery",
     "BideError": "engine.errors",
     "CommitTooLarge": "engine.errors",
@@ -145,6 +148,7 @@ _EXPORTS: dict[str, str] = {
     "Terminal": "engine.state",
     "Waiting": "engine.state",
     "WakeExpired": "engine.state",
+    "WakeHeartbeat": "engine.state",
     "WakeReason": "engine.state",
     "WakeSignal": "engine.state",
     "WakeTasks": "engine.state",
@@ -228,6 +232,7 @@ __all__ = [
     "Waiting",
     "Wake",
     "WakeExpired",
+    "WakeHeartbeat",
     "WakeReason",
     "WakeSignal",
     "WakeTasks",
@@ -235,5 +240,6 @@ __all__ = [
     "WriteTx",
     "define_signal",
     "define_task",
+    "deliver_beat",
     "deliver_signal",
 ]

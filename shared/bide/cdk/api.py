@@ -50,6 +50,8 @@ DEFAULT_WEBHOOK_THROTTLE = apigw.ThrottleSettings(rate_limit=20, burst_limit=40)
 WEBHOOK_ROUTE_KEY = "POST /hooks/{token}"
 #: The webhook's failure form (bide.service.failure_body): unauthenticated too, same limits.
 WEBHOOK_FAILURE_ROUTE_KEY = "POST /hooks/{token}/failure"
+#: A heartbeat on a webhook's key: unauthenticated like the webhook, with its limits.
+WEBHOOK_BEAT_ROUTE_KEY = "POST /hooks/{token}/heartbeat"
 
 
 @jsii.implements(apigw.IAccessLogSettings)
@@ -90,8 +92,8 @@ class Api:
         throttle: apigw.ThrottleSettings | None,
         webhook_throttle: apigw.ThrottleSettings = DEFAULT_WEBHOOK_THROTTLE,
     ) -> tuple[apigw.HttpStage, apigw.HttpRoute]:
-        """The ``$default`` stage and the six routes; returns the stage and the webhook's (its
-        failure form is :attr:`webhook_failure_route`).
+        """The ``$default`` stage and the eight routes; returns the stage and the webhook's (its
+        failure form is :attr:`webhook_failure_route`, its heartbeat :attr:`webhook_beat_route`).
         ``throttle`` is the stage's default (the IAM routes); ``webhook_throttle`` the webhook
         route's own."""
         access_logs = logs.LogGroup(
@@ -135,6 +137,20 @@ class Api:
                 integration=signal,
                 authorizer=iam_auth,
             )
+        # Heartbeats (bide.service.beats): the same two paths ending in /heartbeat, each
+        # authorised like the path it extends.
+        (self.webhook_beat_route,) = self.http_api.add_routes(
+            path="/hooks/{token}/heartbeat",
+            methods=[apigw.HttpMethod.POST],
+            integration=signal,
+            authorizer=apigw.HttpNoneAuthorizer(),
+        )
+        self.http_api.add_routes(
+            path="/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/heartbeat",
+            methods=[apigw.HttpMethod.POST],
+            integration=signal,
+            authorizer=iam_auth,
+        )
         for path in ("/sessions", "/sessions/{proxy+}"):
             self.http_api.add_routes(
                 path=path, methods=[apigw.HttpMethod.ANY], integration=sessions, authorizer=iam_auth
@@ -146,8 +162,13 @@ class Api:
             "ThrottlingBurstLimit": webhook_throttle.burst_limit,
             "ThrottlingRateLimit": webhook_throttle.rate_limit,
         }
-        cfn_stage.route_settings = {WEBHOOK_ROUTE_KEY: limits, WEBHOOK_FAILURE_ROUTE_KEY: limits}
+        cfn_stage.route_settings = {
+            WEBHOOK_ROUTE_KEY: limits,
+            WEBHOOK_FAILURE_ROUTE_KEY: limits,
+            WEBHOOK_BEAT_ROUTE_KEY: limits,
+        }
         # A stage's RouteSettings may only name routes that exist when it is deployed.
         cfn_stage.node.add_dependency(webhook_route)
         cfn_stage.node.add_dependency(self.webhook_failure_route)
+        cfn_stage.node.add_dependency(self.webhook_beat_route)
         return stage, webhook_route

@@ -100,6 +100,7 @@ def acknowledge_service(service: BideService) -> None:
     acknowledge(service.worker.role, schedules, SCHEDULES_REASON)
     acknowledge(service.webhook_route, "AwsSolutions-APIG4", WEBHOOK_REASON)
     acknowledge(service.webhook_failure_route, "AwsSolutions-APIG4", WEBHOOK_REASON)
+    acknowledge(service.webhook_beat_route, "AwsSolutions-APIG4", WEBHOOK_REASON)
     acknowledge(service.schedule_dead_letter_queue, "AwsSolutions-SQS3", SCHEDULE_DLQ_REASON)
     acknowledge(service.webhook_key, "AwsSolutions-SMG4", WEBHOOK_KEY_REASON)
 

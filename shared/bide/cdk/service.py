@@ -260,6 +260,7 @@ class BideService(Construct):
             webhook_throttle=webhook_throttle,
         )
         self.webhook_failure_route = api.webhook_failure_route  # the same route's failure form
+        self.webhook_beat_route = api.webhook_beat_route  # and its heartbeat
         if alarm_topic is None and email:
             alarm_topic = sns.Topic(
                 self, "AlarmTopic", display_name="bide alarms", enforce_ssl=True

@@ -20,13 +20,19 @@ from . import slots
 from .budgets import check_commit
 from .clock import Clock
 from .errors import ConflictError
+from .heartbeats import decide_beat
 from .rules import STREAM_SUFFIX, SignalDecision, decide_signal, stream_key
 from .signals import SignalToken
 from .store.base import Doc, Store
 
 _ATTEMPTS = 16
 
-__all__ = ["STREAM_SUFFIX", "deliver_signal", "stream_key"]  # the stream helpers moved to rules
+__all__ = [
+    "STREAM_SUFFIX",
+    "deliver_beat",
+    "deliver_signal",
+    "stream_key",
+]  # the stream helpers moved to rules
 
 
 def _body(doc: Doc | None) -> Any:
@@ -61,6 +67,27 @@ def deliver_signal(
         # decide_signal checked the value and the task's budget; this is the same guard every
         # harness commit passes, so nothing reaches the store unchecked.
         check_commit({task_id: record} if record is not None else {}, [decision.record], {})
+        try:
+            store.commit(session_id, seq, [decision.record])
+        except ConflictError:
+            continue
+        return decision
+    raise ConflictError(session_id, seq, None)
+
+
+def deliver_beat(
+    store: Store, session_id: str, task_id: str, signal: str, key: str, clock: Clock
+) -> SignalDecision:
+    """Deliver one heartbeat to one task, reading only that task
+    (:func:`~bide.engine.heartbeats.decide_beat`): at most one write, conditioned on the
+    session's sequence number like :func:`deliver_signal`, and nothing else. Raises
+    :class:`ConflictError` if the session stayed too busy to write for every attempt."""
+    for _ in range(_ATTEMPTS):
+        seq, record = store.task_at_head(session_id, task_id)
+        moved = slots.lookup(lambda doc: _body(store.get_doc(session_id, doc)), task_id)
+        decision = decide_beat(record, signal, key, clock.now(), moved=moved)
+        if decision.record is None:
+            return decision
         try:
             store.commit(session_id, seq, [decision.record])
         except ConflictError:

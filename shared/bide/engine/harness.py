@@ -194,6 +194,11 @@ class Harness:
 
         return self._apply(lambda d: d.signal(task_id, token, key, value, self.clock.now()))
 
+    async def beat(self, task_id: str, token: SignalToken[Any], key: str) -> SignalResult:
+        """A heartbeat on ``token.key(key)``: a sleep on that key with a ``heartbeat`` gets
+        its ``beat_by`` moved to now + heartbeat (:mod:`bide.engine.heartbeats`)."""
+        return self._apply(lambda d: d.beat(task_id, token.name, key, self.clock.now())).result
+
     async def abort(self, task_id: str, reason: str | None = None) -> bool:
         """Abort-mark a task and its owned work. Parked tasks stop waiting at once; running
         ones are refused their next commit. False when the task had already ended."""

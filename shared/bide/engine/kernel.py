@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 from . import slots
 from .clock import Clock
 from .errors import DefinitionError
+from .heartbeats import decide_beat
 from .ids import IdSource
 from .records import SignalSlot, TaskRecord
 from .rules import SignalDecision, decide_signal
@@ -161,6 +162,14 @@ class Draft:
         decision = decide_signal(
             self.find(task_id), token, key, value, now, moved=self.moved(task_id)
         )
+        if decision.record is not None:
+            self.put(decision.record)
+        return decision
+
+    def beat(self, task_id: str, signal: str, key: str, now: float) -> SignalDecision:
+        """Decide a heartbeat to ``task_id`` (:func:`~bide.engine.heartbeats.decide_beat`)
+        and stage the record it writes, if any."""
+        decision = decide_beat(self.find(task_id), signal, key, now, moved=self.moved(task_id))
         if decision.record is not None:
             self.put(decision.record)
         return decision

@@ -27,6 +27,7 @@ from .state import (
     Terminal,
     Waiting,
     WakeExpired,
+    WakeHeartbeat,
     WakeReason,
     WakeSignal,
     WakeTasks,
@@ -178,15 +179,14 @@ def check_failure(
 
 
 def deadline_passed_for(record: TaskRecord, slot: str, now: float) -> bool:
-    """True when the task sleeps on ``slot`` and that sleep's deadline has passed: a value
-    arriving now would contradict the ``expired`` wake the task is about to get."""
+    """True when the task sleeps on ``slot`` and that sleep's deadline (``until``, or a
+    missed heartbeat's ``beat_by``) has passed: a value arriving now would contradict the
+    ``expired`` or ``heartbeat`` wake the task is about to get."""
     state = record.state
-    return (
-        isinstance(state, Sleeping)
-        and state.until is not None
-        and state.until <= now
-        and any(k.slot == slot for k in state.signals)
-    )
+    if not isinstance(state, Sleeping) or not state.expire_on_deadline:
+        return False  # the deadline leaves the keys open: nothing to contradict
+    deadline = state.deadline
+    return deadline is not None and deadline <= now and any(k.slot == slot for k in state.signals)
 
 
 # --- parking ---------------------------------------------------------------------------------
@@ -198,6 +198,16 @@ def check_sleep(record: TaskRecord, sleep: Sleeping, *, moved: SlotLookup) -> No
     :meth:`~bide.engine.kernel.Draft.moved_unread`: a condition on the commit, not a read)."""
     if sleep.until is None and not sleep.signals:
         raise InvalidPark(f"task {record.id!r}: a sleep needs 'until', 'signals', or both")
+    if sleep.heartbeat is not None and not sleep.signals:
+        raise InvalidPark(
+            f"task {record.id!r}: a sleep with a heartbeat needs a listed key to beat on "
+            "(a beat names the key); list one, or sleep without 'heartbeat'"
+        )
+    if sleep.heartbeat is not None and not sleep.expire_on_deadline:
+        raise InvalidPark(
+            f"task {record.id!r}: a missed heartbeat expires the keys; a sleep with a "
+            "heartbeat cannot set expire_on_deadline=False"
+        )
     seen: set[str] = set()
     for key in sleep.signals:
         if key.slot in seen:
@@ -286,7 +296,10 @@ class Wakeup:
 
 def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
     """First listed key holding an unused value wins; otherwise the deadline, which expires
-    every listed key with no value."""
+    every listed key with no value: ``until`` (:class:`WakeExpired`, also when a missed beat
+    falls at the same time) or a missed heartbeat's ``beat_by`` (:class:`WakeHeartbeat`). A
+    sleep with ``expire_on_deadline=False`` wakes at its deadline with :class:`WakeTime` and
+    leaves its keys open."""
     state = record.state
     if not isinstance(state, Sleeping):
         return None
@@ -297,16 +310,20 @@ def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
             return Wakeup(
                 WakeSignal(signal=key.signal, key=key.key), {**record.signals, key.slot: consumed}
             )
-    if state.until is None or state.until > now:
+    deadline = state.deadline
+    if deadline is None or deadline > now:
         return None
-    if not state.signals:
+    if not state.signals or not state.expire_on_deadline:
         return Wakeup(WakeTime(), record.signals)
     signals = dict(record.signals)
     for key in state.signals:
         slot = signals.get(key.slot) or SignalSlot()
         if not slot.has_value:
             signals[key.slot] = slot.model_copy(update={"expired": True})
-    return Wakeup(WakeExpired(), signals)
+    if state.until is not None and state.until <= now:
+        return Wakeup(WakeExpired(), signals)
+    assert state.beat_by is not None  # the deadline that passed, since until did not
+    return Wakeup(WakeHeartbeat(missed_at=state.beat_by), signals)
 
 
 def wait_wakeup(record: TaskRecord, outcome_of: OutcomeOf) -> Wakeup | None:
@@ -448,8 +465,9 @@ def compute_wake(
             )
         ):
             active = True
-        if isinstance(state, Sleeping) and state.until is not None and not record.abort_marked:
-            at = state.until if at is None else min(at, state.until)
+        deadline = state.deadline if isinstance(state, Sleeping) else None
+        if deadline is not None and not record.abort_marked:
+            at = deadline if at is None else min(at, deadline)
     return Wake(active=active, at=at)
 
 

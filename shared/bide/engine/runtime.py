@@ -243,6 +243,9 @@ class Runtime:
         if isinstance(new, Sleeping):
             # A fresh key is not read: the commit requires its document absent instead.
             check_sleep(record, new, moved=d.moved_unread(record.id))
+            # The heartbeat clock starts when the sleep parks; a phase cannot choose beat_by.
+            beat_by = None if new.heartbeat is None else self._h.clock.now() + new.heartbeat
+            new = new.model_copy(update={"beat_by": beat_by})
         elif isinstance(new, Waiting):
             check_wait(record, new, d.live(), lambda t: d.find(t) is not None)
         else:  # pragma: no cover - the union is closed

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from .signals import SignalKey
 
@@ -24,7 +31,8 @@ class _Frozen(BaseModel):
 
 
 class WakeTime(_Frozen):
-    """``until`` was reached by a sleep that listed no signals."""
+    """``until`` was reached by a sleep that listed no signals, or by one with
+    ``expire_on_deadline=False`` (its keys stay open)."""
 
     reason: Literal["time"] = "time"
 
@@ -33,6 +41,15 @@ class WakeExpired(_Frozen):
     """``until`` was reached before any listed signal arrived; the open keys are now expired."""
 
     reason: Literal["expired"] = "expired"
+
+
+class WakeHeartbeat(_Frozen):
+    """A sleep with a ``heartbeat`` got no beat by ``missed_at`` (its ``beat_by``), before
+    ``until`` and before any listed signal: the open keys are now expired, as for
+    :class:`WakeExpired`."""
+
+    reason: Literal["heartbeat"] = "heartbeat"
+    missed_at: float
 
 
 class WakeSignal(_Frozen):
@@ -51,7 +68,8 @@ class WakeTasks(_Frozen):
 
 
 WakeReason = Annotated[
-    WakeTime | WakeExpired | WakeSignal | WakeTasks, Field(discriminator="reason")
+    WakeTime | WakeExpired | WakeHeartbeat | WakeSignal | WakeTasks,
+    Field(discriminator="reason"),
 ]
 
 
@@ -147,14 +165,48 @@ class Waiting(_Frozen):
 
 
 class Sleeping(_Frozen):
-    """Parked until a time, the first listed key that holds a value, or whichever comes first."""
+    """Parked until a time, the first listed key that holds a value, or whichever comes first.
+
+    ``heartbeat`` (seconds, with at least one listed key): the sender must beat at least that
+    often (:mod:`bide.engine.heartbeats`); ``beat_by`` is when the next beat is due, set by
+    the engine when the sleep parks and moved by each beat (a phase's own value is ignored).
+    A missed beat wakes the task with :class:`WakeHeartbeat`; ``until`` stays the hard
+    deadline (:class:`WakeExpired`).
+
+    ``expire_on_deadline=False`` (no heartbeat): the deadline wakes the task with
+    :class:`WakeTime` and leaves the listed keys open, so a value that comes later is still
+    delivered (and read by a later wait on the key); used by workflow races, whose losers stay
+    usable."""
 
     status: Literal["sleeping"] = "sleeping"
     checkpoint: Checkpoint
     until: float | None = None
     signals: tuple[SignalKey[Any], ...] = ()
+    heartbeat: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    beat_by: float | None = None
+    expire_on_deadline: bool = True
 
     _c = field_validator("checkpoint", mode="before")(_checkpoint)
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # The heartbeat and race fields are written only when set: a sleep without them is
+        # stored exactly as before they existed, so a process of an earlier version (which
+        # refuses unknown fields) still reads it during a rolling deploy.
+        data = handler(self)
+        for name, default in _SLEEP_DEFAULTS.items():
+            if isinstance(data, dict) and data.get(name, default) == default:
+                data.pop(name, None)
+        return data
+
+    @property
+    def deadline(self) -> float | None:
+        """The earliest time this sleep wakes without a value: ``until`` or ``beat_by``."""
+        times = [t for t in (self.until, self.beat_by) if t is not None]
+        return min(times) if times else None
+
+
+_SLEEP_DEFAULTS: dict[str, Any] = {"heartbeat": None, "beat_by": None, "expire_on_deadline": True}
 
 
 class Completing(_Frozen):

@@ -84,6 +84,10 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "POST", "/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/failure", "signal"
     ),
+    Route("POST", "/hooks/{token}/heartbeat", "signal"),
+    Route(
+        "POST", "/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/heartbeat", "signal"
+    ),
     Route("ANY", "/sessions", "api"),
     Route("ANY", "/sessions/{proxy+}", "api"),
 )

@@ -333,7 +333,7 @@ def local_principal(request: HttpRequest, route: Route) -> str | None:
     webhook route has none, as on AWS; nor has a request from elsewhere."""
     from ..service.owners import LOCAL_PRINCIPAL
 
-    if route.template.startswith("/hooks/{token}") or request.peer not in _LOOPBACK_PEERS:
+    if route.template.startswith("/hooks/") or request.peer not in _LOOPBACK_PEERS:
         return None
     named = [v.strip() for n, v in request.headers if n.lower() == PRINCIPAL_HEADER]
     return named[-1] if named and named[-1] else LOCAL_PRINCIPAL

@@ -7,7 +7,9 @@
   lets in the session's owner and administrators only: :mod:`bide.service.owners`);
 * both with ``/failure`` appended: the body is a failure ``{"type", "message", "data"?}``
   instead of a value (a ``{"$failure": {...}}`` body on the plain routes is one too:
-  :mod:`bide.service.failure_body`).
+  :mod:`bide.service.failure_body`);
+* the same two paths ending in ``/heartbeat``: a beat on the key (:mod:`bide.service.beats`:
+  one conditional write, no wake; the body is ignored, but signed like a value's).
 
 :func:`register` adds them to a resolver built by :mod:`bide.service.http`, which serves
 them from the signal function (:func:`~bide.service.http.handle_signal`). They are not in the
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.errors import ConflictError, DefinitionError, StoreUnavailable
 from ..engine.rules import SignalDecision
 from . import observability as obs
+from .beats import beat, beat_webhook
 from .deps import Deps
 from .failure_body import delivery_of
 from .owners import NoPrincipal, NotAllowed, caller_of, check_access
@@ -44,6 +47,9 @@ SIGNAL_ROUTES: dict[str, str] = {
     "hook_failure": "POST /hooks/{token}/failure",
     "signal_failure": "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/failure",
 }
+# Heartbeats (issue 13): a beat on the key a hook or a signal path names.
+SIGNAL_ROUTES["hook_beat"] = SIGNAL_ROUTES["hook"] + "/heartbeat"
+SIGNAL_ROUTES["signal_beat"] = SIGNAL_ROUTES["signal"] + "/heartbeat"
 
 # Every method API Gateway knows. A signal path asked for with another method than its own
 # is answered 405 saying which, not 404 as if the path did not exist.
@@ -148,6 +154,35 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
             raise WebhookRejected(404, str(exc)) from None
         decision = deliver(current, session_id, task_id, signal, key, value)
         return delivered(route, decision, session_id, task_id)
+
+    # --- heartbeats: the same checks as a value's request, then a beat (no body parsed) ---
+
+    @app.post(_rule(SIGNAL_ROUTES["hook_beat"]), include_in_schema=False)
+    def hook_beat(token: str) -> Response[Any]:
+        current, token = require(deps), _decoded(token)
+        body, headers = request()
+        if not re.fullmatch(SESSION_ID_PATTERN, parse_token(token)[0]):
+            raise WebhookRejected(404, "unknown webhook")
+        decision, binding = beat_webhook(current, token, headers, body)
+        return delivered("hook_beat", decision, binding.session_id, binding.task_id)
+
+    @app.post(_rule(SIGNAL_ROUTES["signal_beat"]), include_in_schema=False)
+    def by_task_id_beat(session_id: str, task_id: str, signal: str, key: str) -> Response[Any]:
+        current = require(deps)
+        session_id, task_id = _decoded(session_id), _decoded(task_id)
+        signal, key = _decoded(signal), _decoded(key)
+        _check_path(session_id, {"task_id": task_id, "signal": signal, "key": key})
+        try:
+            caller = caller_of(app.current_event.raw_event, current.admin_principals)
+            check_access(current.store, session_id, caller)
+        except (NotAllowed, NoPrincipal) as exc:
+            raise WebhookRejected(403, str(exc)) from None
+        try:  # only the app's answer about the caller's signal name is the caller's to read
+            current.app.signal_token(signal)
+        except DefinitionError as exc:
+            raise WebhookRejected(404, str(exc)) from None
+        decision = beat(current, session_id, task_id, signal, key)
+        return delivered("signal_beat", decision, session_id, task_id)
 
     def wrong_method(method: str, template: str) -> Callable[[], Response[Any]]:
         # Declares no parameters: Powertools would take a defaulted one for a query parameter.

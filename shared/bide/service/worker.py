@@ -112,9 +112,9 @@ async def _run_pass(deps: Deps, session_id: str, stop_at: float | None) -> _Pass
     # some sleep had a deadline when we loaded. (A run that died before disarming leaves a
     # one-time schedule that fires once, finds nothing, and deletes itself.)
     deadlines = [
-        r.state.until
+        r.state.deadline  # until, or a heartbeat's beat_by when earlier
         for r in harness.live_tasks.values()
-        if isinstance(r.state, Sleeping) and r.state.until is not None
+        if isinstance(r.state, Sleeping) and r.state.deadline is not None
     ]
     may_have_alarm = bool(deadlines)
     loaded_at = min(deadlines, default=None)

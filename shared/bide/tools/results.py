@@ -72,6 +72,11 @@ class Sleep:
     checkpoint: Any = None
     until: float | None = None
     signals: Sequence[SignalKey[Any]] = field(default_factory=tuple)
+    heartbeat: float | None = None
+    """Seconds: the sender must beat on a listed key at least this often, or the call wakes
+    with :class:`~bide.engine.state.WakeHeartbeat` (its keys expired)."""
+    expire_on_deadline: bool = True
+    """False: ``until`` wakes the call with ``WakeTime`` and leaves its keys open."""
 
 
 @dataclass(frozen=True)

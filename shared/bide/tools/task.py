@@ -187,6 +187,8 @@ async def _gate_sleep(
             checkpoint={"phase": "call", "registry": started},
             until=sleep.until,
             signals=tuple(sleep.signals),
+            heartbeat=sleep.heartbeat,
+            expire_on_deadline=sleep.expire_on_deadline,
         )
         await rt.commit(state)
     except (InvalidPark, ValidationError) as exc:
@@ -253,7 +255,11 @@ async def _park(
     try:
         if isinstance(park, Sleep):
             state: Sleeping | Waiting = Sleeping(
-                checkpoint=checkpoint, until=park.until, signals=tuple(park.signals)
+                checkpoint=checkpoint,
+                until=park.until,
+                signals=tuple(park.signals),
+                heartbeat=park.heartbeat,
+                expire_on_deadline=park.expire_on_deadline,
             )
         else:
             state = Waiting(checkpoint=checkpoint, on=tuple(park.on), policy=park.policy)

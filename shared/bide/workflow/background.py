@@ -308,7 +308,11 @@ async def _park(kinds: _Kinds, task: TaskView, rt: Runtime, park: Sleep | Wait) 
     try:
         if isinstance(park, Sleep):
             state: Sleeping | Waiting = Sleeping(
-                checkpoint=checkpoint, until=park.until, signals=tuple(park.signals)
+                checkpoint=checkpoint,
+                until=park.until,
+                signals=tuple(park.signals),
+                heartbeat=park.heartbeat,
+                expire_on_deadline=park.expire_on_deadline,
             )
         else:
             state = Waiting(checkpoint=checkpoint, on=tuple(park.on), policy=park.policy)

@@ -268,11 +268,18 @@ class WorkflowContext:
         return SleepOp(self, name, total, until)
 
     def wait_for(
-        self, token: SignalToken[T], key: str, *, timeout: float | None = None
+        self,
+        token: SignalToken[T],
+        key: str,
+        *,
+        timeout: float | None = None,
+        heartbeat: float | None = None,
     ) -> WaitForOp[T]:
         """The value signalled to this run's task under ``key`` (validated by ``token``);
-        with ``timeout`` (seconds) :class:`~bide.workflow.errors.WaitTimeout` if none came."""
-        return WaitForOp(self, token, key, timeout)
+        with ``timeout`` (seconds) :class:`~bide.workflow.errors.WaitTimeout` if none came;
+        with ``heartbeat`` (seconds) :class:`~bide.workflow.errors.HeartbeatMissed` when no
+        beat (``POST .../heartbeat``) came on the key for that long. Not raceable."""
+        return WaitForOp(self, token, key, timeout, heartbeat)
 
     def ask(
         self,
@@ -491,6 +498,8 @@ class WorkflowContext:
             checkpoint={"workflow": op.seq, "op": op.kind, "name": op.name},
             until=pending.until,
             signals=pending.keys,
+            heartbeat=pending.heartbeat,
+            expire_on_deadline=pending.expire,
         )
         self._suspended = True
         raise _Suspend()

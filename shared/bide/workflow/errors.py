@@ -64,6 +64,12 @@ class WaitTimeout(BideError, TimeoutError):
     """A wait with ``timeout=`` reached its deadline before anything arrived."""
 
 
+class HeartbeatMissed(WaitTimeout):
+    """A wait with ``heartbeat=`` heard no beat on its key for that long (before its
+    ``timeout``): the sender is presumed dead and the key is closed. A :class:`WaitTimeout`,
+    so code that handles timeouts handles it too."""
+
+
 class SubagentFailed(BideError):
     """A subagent's submission settled without an answer (``status``: ``unanswered``)."""
 

@@ -51,6 +51,10 @@ class Pending:
     keys: tuple[SignalKey[Any], ...] = ()
     bells: tuple[str, ...] = ()
     until: float | None = None
+    heartbeat: float | None = None
+    """Seconds: a beat on one of ``keys`` must come this often (see ``ctx.wait_for``)."""
+    expire: bool = True
+    """Whether ``until`` expires ``keys`` (False: a race's deadline leaves them open)."""
 
 
 Outcome = Ready | Raise | Pending

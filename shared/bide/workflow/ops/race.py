@@ -7,11 +7,15 @@ What can race: every operation that waits, i.e. ``ctx.sleep``, ``ctx.wait_for``,
 ``ctx.agent``. Steps, ``ctx.webhook()``, ``task.post_message`` and races themselves do not
 wait and are refused when the race is created. A loser stays an operation of the run: await
 or race it again later and it goes on waiting (a question stays open, a subagent keeps
-working, a webhook's next request is still the next one, a sleep keeps its time), with one
-exception the engine's deadline race imposes: a ``wait_for`` loses its key when a race it is
-in wakes at a deadline (design 001: the key is marked expired so a sender is told ``closed``,
-never ``delivered`` for a value nobody takes). Awaiting that ``wait_for`` again raises
-:class:`~bide.workflow.errors.WaitTimeout`; wait on a new key instead.
+working, a webhook's next request is still the next one, a sleep keeps its time, a
+``wait_for`` still takes the value of its key): a race parks with
+``expire_on_deadline=False``, so its deadline (or a raced sleep's) wakes the run and leaves the
+keys open; a value sent after it is ``delivered`` and read when the ``wait_for`` is awaited
+again (or wins the race, when it came before the run woke). One exception: when a raced
+``wait_for`` has a ``timeout=`` of its own, the park expires its keys at its deadline as any
+sleep does (design 001's deadline race: a sender is told ``closed``, never ``delivered`` for a
+value reported timed out), and a ``wait_for`` whose key expired so raises
+:class:`~bide.workflow.errors.WaitTimeout` when awaited again; wait on a new key instead.
 """
 
 from __future__ import annotations
@@ -81,6 +85,10 @@ class RaceOp(Op[Any]):
             raise WorkflowError("a race needs at least one operation")
         if timeout is not None and timeout < 0:
             raise WorkflowError(f"a race's timeout must be >= 0 seconds, not {timeout}")
+        for op in ops:
+            if getattr(op, "heartbeat", None) is not None:
+                # A missed beat expires every key the race sleeps on, not only this one's.
+                raise WorkflowError(f"{op!r} has a heartbeat and cannot be raced; use timeout=")
         super().__init__(ctx, "race" if legacy else "first")
         self._ops = list(ops)
         self._timeout = timeout
@@ -134,6 +142,9 @@ class RaceOp(Op[Any]):
 
 
 def _merge(waiting: list[Pending], until: float | None) -> Pending:
+    """One park for the waits still open. Its deadline leaves their keys open unless one of
+    them has a deadline of its own (a ``wait_for`` with ``timeout=``): at that deadline its key
+    must expire (design 001's deadline race) and the engine expires a sleep's keys together."""
     keys: dict[str, SignalKey[Any]] = {}
     bells: list[str] = []
     deadlines = [] if until is None else [until]
@@ -142,4 +153,6 @@ def _merge(waiting: list[Pending], until: float | None) -> Pending:
         bells.extend(b for b in pending.bells if b not in bells)
         if pending.until is not None:
             deadlines.append(pending.until)
-    return Pending(tuple(keys.values()), tuple(bells), min(deadlines) if deadlines else None)
+    own = any(pending.keys and pending.until is not None for pending in waiting)
+    deadline = min(deadlines) if deadlines else None
+    return Pending(tuple(keys.values()), tuple(bells), deadline, expire=own)

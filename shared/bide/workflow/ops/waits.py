@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...engine.failures import SignalFailed
 from ...engine.signals import SignalExpired, SignalToken, SignalValue
-from ..errors import WaitTimeout
+from ..errors import HeartbeatMissed, WaitTimeout, WorkflowError
 from .base import Op, Outcome, Pending, Raise, Ready, failed, raise_failure
 
 if TYPE_CHECKING:
@@ -42,27 +42,39 @@ class SleepOp(Op[None]):
 
 
 class WaitForOp(Op[T]):
-    """``ctx.wait_for(token, key, timeout=)``: the signal value delivered to this run under
-    ``key``; with a timeout, :class:`WaitTimeout` when it does not come in time;
+    """``ctx.wait_for(token, key, timeout=, heartbeat=)``: the signal value delivered to this
+    run under ``key``; with a timeout, :class:`WaitTimeout` when it does not come in time; with
+    a heartbeat, :class:`HeartbeatMissed` when no beat came on the key for that long;
     :class:`~bide.engine.failures.FailureReceived` when a failure came instead."""
 
     kind = "wait_for"
 
     def __init__(
-        self, ctx: WorkflowContext, token: SignalToken[T], key: str, timeout: float | None
+        self,
+        ctx: WorkflowContext,
+        token: SignalToken[T],
+        key: str,
+        timeout: float | None,
+        heartbeat: float | None = None,
     ) -> None:
         super().__init__(ctx, f"{token.name}/{key}")
         token.key(key)  # validates the key now
+        if heartbeat is not None and not (isinstance(heartbeat, int | float) and heartbeat > 0):
+            raise WorkflowError(f"wait_for {self.name!r}: heartbeat must be > 0 seconds")
         self._token = token
         self._key = key
         self._timeout = timeout
+        self.heartbeat = heartbeat
 
     def arguments(self) -> Any:
-        return {"signal": self._token.name, "key": self._key, "timeout": self._timeout}
+        args = {"signal": self._token.name, "key": self._key, "timeout": self._timeout}
+        # Enters the digest only when set: older histories keep replaying.
+        return args if self.heartbeat is None else {**args, "heartbeat": self.heartbeat}
 
     def params(self) -> dict[str, Any]:
         now = self._ctx._rt.now()
-        return {"until": None if self._timeout is None else now + self._timeout}
+        until = None if self._timeout is None else now + self._timeout
+        return {"until": until} if self.heartbeat is None else {"until": until, "beat": True}
 
     async def poll(self, record: dict[str, Any]) -> Outcome:
         rt = self._ctx._rt
@@ -74,6 +86,11 @@ class WaitForOp(Op[T]):
         until = record.get("until")
         if until is not None and rt.now() >= until:
             return Raise({"type": "WaitTimeout", "message": f"no {self.name!r} in time"})
+        if isinstance(state, SignalExpired) and record.get("beat"):
+            # Before until, only a missed beat expires the key of a heartbeat wait (it is
+            # never raced: RaceOp refuses it).
+            message = f"no beat on {self.name!r} for {self.heartbeat}s: the sender is presumed dead"
+            return Raise({"type": "HeartbeatMissed", "message": message}, lost=True)
         if isinstance(state, SignalExpired):
             # A race it was in (or an earlier wait on the key) woke at a deadline: senders are
             # told "closed" from then on (design 001's deadline race), so it can only time out.
@@ -82,10 +99,11 @@ class WaitForOp(Op[T]):
                 "or of an earlier wait on the same key); wait on a new key"
             )
             return Raise({"type": "WaitTimeout", "message": message}, lost=True)
-        return Pending(keys=(self._token.key(self._key),), until=until)
+        return Pending(keys=(self._token.key(self._key),), until=until, heartbeat=self.heartbeat)
 
     async def decode(self, stored: dict[str, Any]) -> T:
         raise_failure(stored)
         if "error" in stored:
-            raise WaitTimeout(stored["error"]["message"])
+            error = HeartbeatMissed if stored["error"]["type"] == "HeartbeatMissed" else WaitTimeout
+            raise error(stored["error"]["message"])
         return self._token.validate(stored["v"])
