@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-pytest.register_assert_rewrite("store_contract", "aws_fixtures", "dynamodb_checks")
+pytest.register_assert_rewrite(
+    "store_contract", "aws_fixtures", "dynamodb_checks", "dynamodb_doc_checks"
+)
 
 from aws_fixtures import AwsBench, aws_bench  # noqa: E402
 from dynamodb_checks import DynamoDBAdapterChecks  # noqa: E402
+from dynamodb_doc_checks import DynamoDBDocumentChecks  # noqa: E402
 from store_contract import StoreContract  # noqa: E402
 
 from bide.aws.dynamodb import DynamoDBStore  # noqa: E402
@@ -35,5 +38,6 @@ class TestDynamoDBContract(StoreContract):
         return bench.store(bench.other_ddb, real_sleep=True)
 
 
-class TestDynamoDBAdapter(DynamoDBAdapterChecks):
+class TestDynamoDBAdapter(DynamoDBAdapterChecks, DynamoDBDocumentChecks):
+    # One class of both (task records and documents) keeps the test ids of either.
     pass
