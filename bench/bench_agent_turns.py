@@ -118,9 +118,11 @@ class Counting(StoreWrapper):
         self.calls += 1
         return self.inner.head(session_id)
 
-    def commit(self, session_id: str, expected_seq: int, writes: Any, docs: Any = ()) -> int:
+    def commit(
+        self, session_id: str, expected_seq: int, writes: Any, docs: Any = (), *, absent: Any = ()
+    ) -> int:
         self.calls += 1
-        return self.inner.commit(session_id, expected_seq, writes, docs)
+        return self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
 
     def get_doc(self, session_id: str, key: str) -> Any:
         doc = self.inner.get_doc(session_id, key)

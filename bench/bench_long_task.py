@@ -131,10 +131,12 @@ class Counting(StoreWrapper):
         expected_seq: int,
         writes: Sequence[TaskRecord],
         docs: Sequence[Doc] = (),
+        *,
+        absent: Sequence[str] = (),
     ) -> int:
         self.written += sum(len(r.to_json().encode()) for r in writes)
         self.written += sum(_doc_bytes(d) for d in docs)
-        return self.inner.commit(session_id, expected_seq, writes, docs)
+        return self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
 
 
 def _doc_bytes(doc: Doc) -> int:

@@ -184,6 +184,33 @@ MUTANTS: tuple[Mutant, ...] = (
         tests=("tests/test_flat_history.py",),
         what="a sleep on a consumed key that left the record is accepted",
     ),
+    Mutant(
+        name="sleep-absent-condition-dropped",
+        path="shared/bide/engine/kernel.py",
+        find="            self.absent.add(key)\n            return None\n",
+        replace="            return None\n",
+        tests=("tests/test_sleep_absent.py",),
+        what="a sleep's key that is not on the record is neither read nor required absent",
+    ),
+    Mutant(
+        name="sleep-absent-check-dynamodb",
+        path="shared/bide/aws/dynamodb.py",
+        find="actions += [absent_check(self.table_name, session_id, k, now) for k in checked]",
+        replace="actions += []",
+        tests=("tests/test_sleep_absent.py",),
+        what="a DynamoDB commit drops its ConditionChecks: a consumed key serves a second wait",
+    ),
+    Mutant(
+        name="sleep-absent-check-sqlite",
+        path="shared/bide/engine/store/sqlite.py",
+        find=(
+            "                if found:\n"
+            "                    raise DocumentExists(session_id, found)\n"
+        ),
+        replace="",
+        tests=("tests/test_store_sqlite.py",),
+        what="a SQLite commit ignores the documents it requires absent",
+    ),
 )
 
 

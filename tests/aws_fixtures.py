@@ -32,6 +32,7 @@ from bide.aws.dynamodb import (
     DynamoDBStore,
     create_table,
 )
+from bide.aws.retention import EXPIRES_AT
 
 REGION = "us-east-1"
 FAKE_CREDENTIALS = {
@@ -53,8 +54,11 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-def aws_client(service: str, endpoint_url: str | None = None) -> Any:
-    """A boto3 client with fake credentials, optionally on an explicit (loopback) endpoint."""
+def aws_client(
+    service: str, endpoint_url: str | None = None, *, config: Config = _NO_SDK_RETRIES
+) -> Any:
+    """A boto3 client with fake credentials, optionally on an explicit (loopback) endpoint;
+    by default with the SDK's own retries off."""
     return boto3.client(
         service,  # type: ignore[call-overload]
         region_name=REGION,
@@ -62,8 +66,18 @@ def aws_client(service: str, endpoint_url: str | None = None) -> Any:
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
         aws_session_token="testing",
-        config=_NO_SDK_RETRIES,
+        config=config,
     )
+
+
+def wake_queue(sqs: Any, prefix: str = "wakes", visibility_timeout: int = 30) -> tuple[str, str]:
+    """A new FIFO queue for session wakes (a unique name from ``prefix``): its URL and ARN."""
+    queue_url = sqs.create_queue(
+        QueueName=f"{unique(prefix)}.fifo",
+        Attributes={"FifoQueue": "true", "VisibilityTimeout": str(visibility_timeout)},
+    )["QueueUrl"]
+    found = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    return queue_url, found["Attributes"]["QueueArn"]
 
 
 # --- client wrappers --------------------------------------------------------------------------
@@ -296,6 +310,35 @@ def aws_bench(request: pytest.FixtureRequest) -> Iterator[AwsBench]:
     runs them on the next: moto's ``mock_aws`` is never active while DynamoDB Local runs."""
     with BENCHES[request.param]() as bench:
         yield bench
+
+
+# --- reading a partition as stored -------------------------------------------------------------
+
+
+def partition_items(bench: Any, pk: str) -> list[dict[str, Any]]:
+    """Every item of partition ``pk`` in the table of ``bench`` (anything with ``ddb`` and
+    ``table``, as :class:`AwsBench` and the handler bench have), raw, every page read."""
+    items: list[dict[str, Any]] = []
+    request: dict[str, Any] = {
+        "TableName": bench.table,
+        "KeyConditionExpression": "pk = :pk",
+        "ExpressionAttributeValues": {":pk": {"S": pk}},
+        "ConsistentRead": True,
+    }
+    while True:
+        page = bench.ddb.query(**request)
+        items += page["Items"]
+        if "LastEvaluatedKey" not in page:
+            return items
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def expiries(bench: Any, pk: str) -> dict[str, int | None]:
+    """Each item of partition ``pk`` by sort key: its TTL expiry (None when unstamped)."""
+    return {
+        i["sk"]["S"]: (int(i[EXPIRES_AT]["N"]) if EXPIRES_AT in i else None)
+        for i in partition_items(bench, pk)
+    }
 
 
 # --- DynamoDB-specific checks -----------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from aws_fixtures import LockedClient, aws_client, fake_aws_environment, unique
+from aws_fixtures import LockedClient, aws_client, fake_aws_environment, unique, wake_queue
 from pydantic import BaseModel
 
 from bide import (
@@ -523,13 +523,7 @@ def make_bench(aws: dict[str, Any]) -> Bench:
     table, bucket, group = unique("bide"), unique("bide-offload"), unique("bide-alarms")
     create_table(ddb, table)
     s3.create_bucket(Bucket=bucket)
-    queue_url = sqs.create_queue(
-        QueueName=f"{unique('wakes')}.fifo",
-        Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"},
-    )["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
-        "Attributes"
-    ]["QueueArn"]
+    queue_url, queue_arn = wake_queue(sqs)
     scheduler.create_schedule_group(Name=group)
     probe = Probe()
     clock = ManualClock()

@@ -143,6 +143,13 @@ def http(
         return status, raw.decode(errors="replace")
 
 
+def post_json(url: str, value: Any) -> tuple[int, Any]:
+    """``POST`` ``value`` as JSON to the local stack; (status, parsed JSON or text)."""
+    import json
+
+    return http("POST", url, json.dumps(value).encode(), {"Content-Type": "application/json"})
+
+
 class HttpSession:
     """A session of a running local stack with a parked :data:`HOLDER`, created through a
     second connection to the stack's SQLite file; its signal route and a webhook URL."""

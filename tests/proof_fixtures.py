@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aws_fixtures import LockedClient, aws_client, fake_aws_environment, unique
+from aws_fixtures import LockedClient, aws_client, fake_aws_environment, unique, wake_queue
 from handler_fixtures import ROLE_ARN, NoArgs, Probe, make_app
 
 from bide import Harness, ManualClock, RandomIds, TaskRecord
@@ -150,10 +150,12 @@ class Ledger:
         expected_seq: int,
         writes: Sequence[TaskRecord],
         docs: Sequence[Doc] = (),
+        *,
+        absent: Sequence[str] = (),
     ) -> int:
         """Commit through the inner store and record what landed."""
         try:
-            seq = self.inner.commit(session_id, expected_seq, writes, docs)
+            seq = self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
         except ConflictError:
             with self._lock:
                 self.conflicts += 1
@@ -277,13 +279,7 @@ class Deployment:
         sqs = account.sqs
         table = unique("proof")
         create_table(account.ddb, table)
-        queue_url = sqs.create_queue(
-            QueueName=f"{unique('wakes')}.fifo",
-            Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"},
-        )["QueueUrl"]
-        queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
+        queue_url, queue_arn = wake_queue(sqs)
         crashing = {
             name: CrashingClient(getattr(account, attr), name, plan)
             for name, attr in (

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
+from store_contract_absent import AbsentDocsContract
 
 from bide.engine.errors import CommitTooLarge, ConflictError
 from bide.engine.records import SignalSlot, TaskRecord
@@ -110,8 +111,9 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
         raise errors[0]
 
 
-class StoreContract:
-    """The behaviour the engine relies on, for any store."""
+class StoreContract(AbsentDocsContract):
+    """The behaviour the engine relies on, for any store (with the part on documents a commit
+    requires absent, :mod:`store_contract_absent`)."""
 
     @pytest.fixture
     def other_store(self, store: Store) -> Store:

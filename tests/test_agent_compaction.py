@@ -204,13 +204,13 @@ class CrashAtSummary(FaultyStore):
         super().__init__(inner, when=when)
         self.armed = True
 
-    def commit(self, session_id, expected_seq, writes, docs=()):
+    def commit(self, session_id, expected_seq, writes, docs=(), *, absent=()):
         if self.armed and any(
             isinstance(d.body, dict) and d.body.get("type") == "summary" for d in docs
         ):
             self.armed = False
             self.fail_at = self.commits + 1
-        return super().commit(session_id, expected_seq, writes, docs)
+        return super().commit(session_id, expected_seq, writes, docs, absent=absent)
 
 
 @pytest.mark.parametrize("when", ["before", "after"])

@@ -12,34 +12,34 @@ from typing import Any
 
 import pytest
 
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
+pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures", "page_kit")
 from handler_fixtures import (  # noqa: E402
     PRINCIPAL,
     Bench,
-    Probe,
     aws_fixture,
-    http_event,
-    make_app,
     make_bench,
-    response_json,
 )
-from test_workflow_support import Alarms, Queue  # noqa: E402
+from page_kit import (  # noqa: E402
+    PAGE_RESPONSE_BYTES,
+    call,
+    local_deps,
+    new_session,
+    read_pages,
+    sqlite_deps,
+)
 
-from bide import ManualClock, RandomIds, SQLiteStore  # noqa: E402
+from bide import SQLiteStore  # noqa: E402
 from bide.agent.conversation import entry_key  # noqa: E402
 from bide.aws import offload  # noqa: E402
 from bide.engine.harness import Harness  # noqa: E402
 from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc  # noqa: E402
 from bide.service.deps import Deps  # noqa: E402
-from bide.service.http import handle_api  # noqa: E402
 from bide.service.pages import MAX_PAGE_BYTES, MAX_PAGE_LIMIT  # noqa: E402
 from bide.service.sessions import create_session  # noqa: E402
 
 __all__ = ["aws_fixture"]
 
 ENTRIES = 5_000
-# The JSON around a page's items (session id, cursor, flags): small and bounded.
-ENVELOPE_BYTES = 4096
 BIG = 300 * 1024  # a large entry: a page holds only a few of these
 HUGE = MAX_PAGE_BYTES + 10  # larger than a whole page: served as a stub
 
@@ -47,16 +47,8 @@ HUGE = MAX_PAGE_BYTES + 10  # larger than a whole page: served as a stub
 @pytest.fixture(params=["sqlite", "dynamodb"])
 def deps(request: pytest.FixtureRequest) -> Iterator[Deps]:
     if request.param == "sqlite":
-        store = SQLiteStore()
-        yield Deps(
-            store=store,
-            alarms=Alarms(),
-            queue=Queue(),
-            app=make_app(Probe()),
-            clock=ManualClock(),
-            ids=RandomIds(),
-        )
-        store.close()
+        with sqlite_deps() as made:
+            yield made
     else:
         bench = make_bench(request.getfixturevalue("aws"))
         BENCHES[id(bench.deps)] = bench
@@ -66,27 +58,6 @@ def deps(request: pytest.FixtureRequest) -> Iterator[Deps]:
 
 #: The moto bench behind a DynamoDB-backed Deps (to write test data in bulk).
 BENCHES: dict[int, Bench] = {}
-
-
-def call(
-    deps: Deps,
-    method: str,
-    path: str,
-    body: Any = None,
-    *,
-    query: dict[str, str] | None = None,
-    principal: str = PRINCIPAL,
-) -> tuple[int, Any, int]:
-    """(status, parsed body, body size in bytes)."""
-    event = http_event(method, path, body=body, query=query, principal=principal)
-    response = asyncio.run(handle_api(deps, event, None))
-    return response["statusCode"], response_json(response), len(response["body"].encode())
-
-
-def new_session(deps: Deps, principal: str = PRINCIPAL) -> str:
-    status, body, _ = call(deps, "POST", "/sessions", {}, principal=principal)
-    assert status == 201, body
-    return str(body["session_id"])
 
 
 def entry(n: int) -> dict[str, Any]:
@@ -136,22 +107,6 @@ def bulk_put(bench: Bench, sid: str, docs: list[Doc]) -> None:
         assert not bench.ddb.batch_write_item(RequestItems={bench.table: puts})["UnprocessedItems"]
 
 
-def follow(deps: Deps, path: str, cursor: str | None = None, **query: str) -> tuple[list, str]:
-    """Every item of a paged list from ``cursor``, checking each response's bound; the items
-    and the last cursor."""
-    items: list[Any] = []
-    while True:
-        asked = {**query, **({"cursor": cursor} if cursor else {})}
-        status, page, size = call(deps, "GET", path, query=asked)
-        assert status == 200, page
-        assert size <= MAX_PAGE_BYTES + ENVELOPE_BYTES, size
-        items += page["items"]
-        cursor = page["next"] or cursor
-        if not page["more"]:
-            assert cursor is not None
-            return items, cursor
-
-
 def numbers(items: list[dict[str, Any]]) -> list[Any]:
     return [item.get("n", "omitted" if item.get("omitted") else None) for item in items]
 
@@ -167,8 +122,8 @@ def test_a_long_transcript_is_served_in_bounded_pages_each_entry_once_in_order(
     assert numbers(summary["entries"]) == list(range(1, len(summary["entries"]) + 1))
 
     # From the summary's cursor to the end, at the largest page size.
-    rest, last = follow(
-        deps, f"/sessions/{sid}/transcript", summary["entries_next"], limit=str(MAX_PAGE_LIMIT)
+    rest, last = read_pages(
+        deps, f"/sessions/{sid}/transcript", summary["entries_next"], limit=MAX_PAGE_LIMIT
     )
     served = summary["entries"] + rest
     expected: list[Any] = list(range(1, ENTRIES + 1))
@@ -180,7 +135,7 @@ def test_a_long_transcript_is_served_in_bounded_pages_each_entry_once_in_order(
 
     # The cursor after the last page is stable: entries added later come after it.
     append_entries(deps, sid, ENTRIES + 1, ENTRIES + 3)
-    later, _ = follow(deps, f"/sessions/{sid}/transcript", last)
+    later, _ = read_pages(deps, f"/sessions/{sid}/transcript", last)
     assert numbers(later) == [ENTRIES + 1, ENTRIES + 2, ENTRIES + 3]
 
 
@@ -193,7 +148,7 @@ def test_pages_stop_at_the_byte_bound_and_the_tail_is_read_by_entry_number(deps:
         f"/sessions/{sid}/transcript",
         query={"from_entry": "1000", "limit": str(MAX_PAGE_LIMIT)},
     )
-    assert status == 200 and size <= MAX_PAGE_BYTES + ENVELOPE_BYTES
+    assert status == 200 and size <= PAGE_RESPONSE_BYTES
     # Every hundredth entry is 300 KiB: the page holds fewer than the limit, says more exist.
     assert page["more"] is True and numbers(page["items"])[0] == 1_000
     assert len(page["items"]) < MAX_PAGE_LIMIT
@@ -208,7 +163,7 @@ def test_a_session_growing_between_pages_is_still_read_once_in_order(deps: Deps)
     status, first, _ = call(deps, "GET", f"/sessions/{sid}/transcript", query={"limit": "20"})
     assert status == 200 and numbers(first["items"]) == list(range(1, 21))
     append_entries(deps, sid, 31, 45)  # the session grows between two pages
-    rest, _ = follow(deps, f"/sessions/{sid}/transcript", first["next"], limit="20")
+    rest, _ = read_pages(deps, f"/sessions/{sid}/transcript", first["next"], limit=20)
     assert numbers(first["items"] + rest) == list(range(1, 46))
 
 
@@ -228,13 +183,13 @@ def test_live_tasks_and_submissions_are_served_by_page(deps: Deps) -> None:
     created = asyncio.run(start_tasks())
     _, summary, _ = call(deps, "GET", f"/sessions/{sid}")
     assert summary["tasks_total"] == 7 and [t["id"] for t in summary["tasks"]] == created
-    tasks, _ = follow(deps, f"/sessions/{sid}/tasks", limit="3")
+    tasks, _ = read_pages(deps, f"/sessions/{sid}/tasks", limit=3)
     assert [t["id"] for t in tasks] == created
 
     for n in range(5):
         body = {"content": f"hello {n}", "request_id": f"r-{n}"}
         assert call(deps, "POST", f"/sessions/{sid}/inputs", body)[0] == 202
-    submissions, _ = follow(deps, f"/sessions/{sid}/submissions", limit="2")
+    submissions, _ = read_pages(deps, f"/sessions/{sid}/submissions", limit=2)
     assert [s["id"] for s in submissions] == [f"r-{n}" for n in range(5)]
 
 
@@ -285,7 +240,7 @@ def test_get_sessions_lists_the_callers_sessions_newest_first_by_page(deps: Deps
     # An existing session created again is not listed twice.
     assert call(deps, "POST", "/sessions", {"session_id": mine[0]})[0] == 201
 
-    listed, cursor = follow(deps, "/sessions", limit="3")
+    listed, cursor = read_pages(deps, "/sessions", limit=3)
     assert [s["session_id"] for s in listed] == mine[::-1]
     assert all(isinstance(s["created_at"], float | int) for s in listed)
     status, page, _ = call(deps, "GET", "/sessions", principal=bob)
@@ -321,9 +276,7 @@ class CountingStore(SQLiteStore):
 
 def test_a_page_of_large_entries_reads_little_more_than_it_serves() -> None:
     store = CountingStore()
-    deps = Deps(
-        store=store, alarms=Alarms(), queue=Queue(), app=make_app(Probe()), clock=ManualClock()
-    )
+    deps = local_deps(store)
     sid = new_session(deps)
     head = store.get_doc(sid, "conv/main")
     assert head is not None

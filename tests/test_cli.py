@@ -10,14 +10,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.credentials import Credentials
+from stack_kit import bide, local_stack, started
 
 from bide.cli import EXIT_REFUSED, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE, main, read_value
-from bide.local import LocalStack
 from bide.local.client import ApiClient, ClientError, region_of
 from bide.local.render import relative, render_session, when
 from bide.local.thread import BackgroundStack
@@ -27,19 +28,9 @@ PASSED = '{"status": "passed", "log_url": "https://ci.example/build-7"}'
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory):
-    db = str(tmp_path_factory.mktemp("cli") / "dev.sqlite")
-    # The handlers print EMF metric blobs to stdout, where the CLI's output is read.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
-        with BackgroundStack(LocalStack(build_app(), db, port=0)) as running:
-            yield running
-
-
-def bide(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
-    code = main(["--url", url, *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundStack]:
+    with local_stack(build_app(), tmp_path_factory.mktemp("cli")) as running:
+        yield running
 
 
 def parked_tool(url: str, sid: str) -> dict[str, Any]:
@@ -257,20 +248,8 @@ def test_the_task_tree_nests_by_owner_and_says_what_each_task_waits_for() -> Non
 def console(tmp_path_factory: pytest.TempPathFactory):
     from examples.console_app import build_app as console_app
 
-    db = str(tmp_path_factory.mktemp("cli-console") / "dev.sqlite")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
-        with BackgroundStack(LocalStack(console_app(), db, port=0)) as running:
-            yield running
-
-
-def started(stack: BackgroundStack, text: str) -> tuple[str, ApiClient]:
-    client = ApiClient(stack.url)
-    sid = client.request("POST", "/sessions", {}).body["session_id"]
-    body = {"content": text, "request_id": "r1"}
-    assert client.request("POST", f"/sessions/{sid}/inputs", body).status == 202
-    assert stack.settle(10)
-    return sid, client
+    with local_stack(console_app(), tmp_path_factory.mktemp("cli-console")) as running:
+        yield running
 
 
 def test_hooks_lists_the_live_webhook_urls(stack: BackgroundStack, capsys) -> None:

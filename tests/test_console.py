@@ -11,18 +11,20 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from limits_fixtures import http
 from pydantic import BaseModel
+from stack_kit import local_stack
 
 from bide import SignalValue, define_signal
 from bide.agent import Agent
 from bide.agent.providers import ModelRequest, ModelResponse, ToolResultMessage
 from bide.agent.providers.scripted import ScriptedProvider, call_tool, reply
 from bide.app import App
-from bide.local import LocalStack
 from bide.local.client import ApiClient
 from bide.local.console import ASSETS, MAX_PROGRESS_TASKS, ProgressLog, asset
 from bide.local.thread import BackgroundStack
@@ -71,16 +73,14 @@ def hooks_app() -> App:
 
 
 @pytest.fixture
-def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
-    with BackgroundStack(LocalStack(hooks_app(), str(tmp_path / "dev.sqlite"), port=0)) as s:
+def stack(tmp_path: Path) -> Iterator[BackgroundStack]:
+    with local_stack(hooks_app(), tmp_path) as s:
         yield s
 
 
 @pytest.fixture
-def console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
-    with BackgroundStack(LocalStack(console_app(), str(tmp_path / "dev.sqlite"), port=0)) as s:
+def console(tmp_path: Path) -> Iterator[BackgroundStack]:
+    with local_stack(console_app(), tmp_path) as s:
         yield s
 
 
@@ -94,16 +94,7 @@ def start(stack: BackgroundStack, sid: str, text: str) -> ApiClient:
 
 
 def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    request = urllib.request.Request(url, data=body, method="POST")
-    request.add_header("Content-Type", "application/json")
-    for name, value in (headers or {}).items():
-        request.add_header(name, value)
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+    return http("POST", url, body, {"Content-Type": "application/json", **(headers or {})})
 
 
 def answer_of(client: ApiClient, sid: str) -> str | None:

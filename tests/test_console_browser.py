@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stack_kit import local_stack
 
-from bide.local import LocalStack
 from bide.local.client import ApiClient
 from bide.local.thread import BackgroundStack
 from examples.console_app import build_app
@@ -24,13 +24,13 @@ from scripts.chromium import browser_page, missing
 WAIT_MS = 15_000
 
 
-@pytest.fixture
-def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[BackgroundStack]:
+@pytest.fixture(name="stack")
+def browser_stack(tmp_path: Path) -> Iterator[BackgroundStack]:
+    """The console app's local stack, once Chromium is there to drive its page."""
     why = missing()
     if why is not None:
         pytest.fail(f"the console's browser test needs Chromium: {why}")
-    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
-    with BackgroundStack(LocalStack(build_app(), str(tmp_path / "dev.sqlite"), port=0)) as s:
+    with local_stack(build_app(), tmp_path) as s:
         yield s
 
 

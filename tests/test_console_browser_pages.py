@@ -4,34 +4,20 @@ the view's first page shows a card for every one (headless Chromium, as
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-from test_console_browser import WAIT_MS
+from test_console_browser import WAIT_MS, browser_stack
 
 from bide.engine.records import TaskRecord
 from bide.engine.state import Sleeping
 from bide.engine.store.base import Doc
-from bide.local import LocalStack
 from bide.local.client import ApiClient
 from bide.local.thread import BackgroundStack
 from bide.service.workflow import VIEW_LIMIT
 from bide.workflow.requests import ask_key
-from examples.console_app import build_app
-from scripts.chromium import browser_page, missing
+from scripts.chromium import browser_page
 
 ASKS = VIEW_LIMIT + 25  # more than the view's first page
 
-
-@pytest.fixture
-def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[BackgroundStack]:
-    why = missing()
-    if why is not None:
-        pytest.fail(f"the console's browser test needs Chromium: {why}")
-    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
-    with BackgroundStack(LocalStack(build_app(), str(tmp_path / "dev.sqlite"), port=0)) as s:
-        yield s
+__all__ = ["browser_stack"]  # the fixture, imported for pytest to find
 
 
 def test_the_console_shows_every_page_of_open_questions(stack: BackgroundStack) -> None:

@@ -39,8 +39,8 @@ class Sizes(StoreWrapper):
         super().__init__(inner)
         self.sizes: list[int] = []
 
-    def commit(self, session_id, expected_seq, writes, docs=()):
-        seq = self.inner.commit(session_id, expected_seq, writes, docs)
+    def commit(self, session_id, expected_seq, writes, docs=(), *, absent=()):
+        seq = self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
         self.sizes.append(len(writes) + len(docs))
         return seq
 

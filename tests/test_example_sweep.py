@@ -65,8 +65,10 @@ class Ledger:
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
-    def commit(self, session_id, expected_seq, writes: Sequence[TaskRecord], docs=()) -> int:
-        seq = self.inner.commit(session_id, expected_seq, writes, docs)
+    def commit(
+        self, session_id, expected_seq, writes: Sequence[TaskRecord], docs=(), *, absent=()
+    ) -> int:
+        seq = self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
         for record in writes:
             assert record.id not in self.ended, f"{record.id} written after it ended"
             if record.state.status == "terminal":

@@ -5,46 +5,29 @@ page with the cursor that continues it; the CLI follows every page."""
 
 from __future__ import annotations
 
-import asyncio
-import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from handler_fixtures import PRINCIPAL, Probe, http_event, make_app, response_json
-from test_workflow_support import Alarms, Queue
 
-from bide import ManualClock, RandomIds, SQLiteStore
-from bide.engine.records import TaskRecord
-from bide.engine.state import Sleeping
-from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc
-from bide.local import client as api
-from bide.service.deps import Deps
-from bide.service.http import handle_api
-from bide.service.pages import MAX_PAGE_LIMIT
-from bide.tools.webhooks import WEBHOOK_MEMO_PREFIX, WebhookBinding, binding_key
+pytest.register_assert_rewrite("page_kit")
+from page_kit import DirectClient, get, new_session, read_pages, sqlite_deps  # noqa: E402
+
+from bide.engine.records import TaskRecord  # noqa: E402
+from bide.engine.state import Sleeping  # noqa: E402
+from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc  # noqa: E402
+from bide.service.deps import Deps  # noqa: E402
+from bide.service.pages import MAX_PAGE_LIMIT  # noqa: E402
+from bide.tools.webhooks import WEBHOOK_MEMO_PREFIX, WebhookBinding, binding_key  # noqa: E402
 
 TASKS = 120
 HOOKS_PER_TASK = 5  # 600 webhooks: more than the largest page
 
 
 @pytest.fixture
-def deps() -> Any:
-    store = SQLiteStore()
-    yield Deps(
-        store=store,
-        alarms=Alarms(),
-        queue=Queue(),
-        app=make_app(Probe()),
-        clock=ManualClock(),
-        ids=RandomIds(),
-    )
-    store.close()
-
-
-def call(deps: Deps, path: str, query: dict[str, str] | None = None) -> tuple[int, Any, int]:
-    event = http_event("GET", path, query=query, principal=PRINCIPAL)
-    response = asyncio.run(handle_api(deps, event, None))
-    return response["statusCode"], response_json(response), len(response["body"].encode())
+def deps() -> Iterator[Deps]:
+    with sqlite_deps() as made:
+        yield made
 
 
 def mint(deps: Deps, sid: str, first_task: int, tasks: int) -> None:
@@ -83,33 +66,16 @@ def mint(deps: Deps, sid: str, first_task: int, tasks: int) -> None:
         )
 
 
-def new_session(deps: Deps) -> str:
-    event = http_event("POST", "/sessions", body={}, principal=PRINCIPAL)
-    response = asyncio.run(handle_api(deps, event, None))
-    assert response["statusCode"] == 201
-    return str(response_json(response)["session_id"])
-
-
 def read_all(deps: Deps, sid: str, cursor: str | None, limit: int) -> tuple[list[Any], str | None]:
-    found: list[Any] = []
-    for _ in range(TASKS * HOOKS_PER_TASK):  # a cursor that never moves on fails, not hangs
-        query = {"limit": str(limit), **({"cursor": cursor} if cursor else {})}
-        status, page, _ = call(deps, f"/sessions/{sid}/hooks", query)
-        assert status == 200, page
-        assert len(page["items"]) <= limit
-        found += page["items"]
-        cursor = page["next"] or cursor
-        if not page["more"]:
-            return found, cursor
-    raise AssertionError("following next never reached the end")
+    return read_pages(deps, f"/sessions/{sid}/hooks", cursor, limit=limit)
 
 
 def test_many_webhooks_are_served_by_page_each_once_in_order(deps: Deps) -> None:
     sid = new_session(deps)
     mint(deps, sid, 0, TASKS)
-    status, first, _ = call(deps, f"/sessions/{sid}/hooks")
+    status, first, _ = get(deps, f"/sessions/{sid}/hooks")
     assert status == 200 and len(first["items"]) == 100 and first["more"]
-    status, biggest, _ = call(deps, f"/sessions/{sid}/hooks", {"limit": str(MAX_PAGE_LIMIT)})
+    status, biggest, _ = get(deps, f"/sessions/{sid}/hooks", {"limit": str(MAX_PAGE_LIMIT)})
     assert len(biggest["items"]) == MAX_PAGE_LIMIT and biggest["more"]
     found, cursor = read_all(deps, sid, None, 37)
     assert len(found) == TASKS * HOOKS_PER_TASK
@@ -126,7 +92,7 @@ def test_many_webhooks_are_served_by_page_each_once_in_order(deps: Deps) -> None
 def test_the_session_view_holds_the_first_page_and_the_cursor(deps: Deps) -> None:
     sid = new_session(deps)
     mint(deps, sid, 0, TASKS)
-    status, view, _ = call(deps, f"/sessions/{sid}")
+    status, view, _ = get(deps, f"/sessions/{sid}")
     assert status == 200
     assert len(view["webhooks"]) == 50 and view["webhooks_more"]
     rest, _ = read_all(deps, sid, view["webhooks_next"], 200)
@@ -136,29 +102,12 @@ def test_the_session_view_holds_the_first_page_and_the_cursor(deps: Deps) -> Non
 def test_a_cursor_of_another_list_or_session_is_refused(deps: Deps) -> None:
     sid, other = new_session(deps), new_session(deps)
     mint(deps, sid, 0, 30)
-    _, page, _ = call(deps, f"/sessions/{sid}/hooks", {"limit": "5"})
-    status, body, _ = call(deps, f"/sessions/{other}/hooks", {"cursor": page["next"]})
+    _, page, _ = get(deps, f"/sessions/{sid}/hooks", {"limit": "5"})
+    status, body, _ = get(deps, f"/sessions/{other}/hooks", {"cursor": page["next"]})
     assert status == 400 and "another session" in body["error"]
-    _, tasks, _ = call(deps, f"/sessions/{sid}/tasks", {"limit": "5"})
-    status, body, _ = call(deps, f"/sessions/{sid}/hooks", {"cursor": tasks["next"]})
+    _, tasks, _ = get(deps, f"/sessions/{sid}/tasks", {"limit": "5"})
+    status, body, _ = get(deps, f"/sessions/{sid}/hooks", {"cursor": tasks["next"]})
     assert status == 400 and "another list" in body["error"]
-
-
-class _DirectClient:
-    """An ApiClient stand-in that sends requests straight to the API handler."""
-
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-        self.paths: list[str] = []
-
-    def request(self, method: str, path: str, body: Any = None) -> api.ApiResponse:
-        self.paths.append(path)
-        route, _, query = path.partition("?")
-        params = dict(p.split("=", 1) for p in query.split("&")) if query else None
-        event = http_event(method, route, body=body, query=params, principal=PRINCIPAL)
-        response = asyncio.run(handle_api(self.deps, event, None))
-        raw = response["body"].encode()
-        return api.ApiResponse(response["statusCode"], json.loads(raw), raw)
 
 
 def test_the_cli_reads_every_page(deps: Deps, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
@@ -166,7 +115,7 @@ def test_the_cli_reads_every_page(deps: Deps, monkeypatch: pytest.MonkeyPatch, c
 
     sid = new_session(deps)
     mint(deps, sid, 0, TASKS)
-    direct = _DirectClient(deps)
+    direct = DirectClient(deps)
     monkeypatch.setattr(cli, "_client", lambda args, timeout=None: direct)
     assert cli.main(["hooks", "-q", sid]) == 0
     urls = capsys.readouterr().out.split()

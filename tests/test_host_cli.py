@@ -10,12 +10,10 @@ import socket
 from typing import Any
 
 import pytest
+from stack_kit import bide, local_stack, started
 
 from bide import Harness, SQLiteStore
 from bide.cli import EXIT_REFUSED, EXIT_USAGE, main
-from bide.local import LocalStack
-from bide.local.client import ApiClient
-from bide.local.thread import BackgroundStack
 from bide.promises import Promises
 
 
@@ -23,26 +21,8 @@ from bide.promises import Promises
 def console(tmp_path_factory: pytest.TempPathFactory):
     from examples.console_app import build_app as console_app
 
-    db = str(tmp_path_factory.mktemp("host-cli") / "dev.sqlite")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
-        with BackgroundStack(LocalStack(console_app(), db, port=0)) as running:
-            yield running
-
-
-def bide(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
-    code = main(["--url", url, *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def started(stack: BackgroundStack, text: str) -> tuple[str, ApiClient]:
-    client = ApiClient(stack.url)
-    sid = client.request("POST", "/sessions", {}).body["session_id"]
-    body = {"content": text, "request_id": "r1"}
-    assert client.request("POST", f"/sessions/{sid}/inputs", body).status == 202
-    assert stack.settle(10)
-    return sid, client
+    with local_stack(console_app(), tmp_path_factory.mktemp("host-cli")) as running:
+        yield running
 
 
 def sse(url: str, path: str, count: int, headers: dict[str, str] | None = None) -> list[Any]:

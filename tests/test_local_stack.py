@@ -17,13 +17,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from limits_fixtures import post_json
 from pydantic import BaseModel
+from stack_kit import wait_for
 
 from bide import ManualClock, SQLiteStore
 from bide.agent import Agent
@@ -41,18 +41,6 @@ PASSED = {"status": "passed", "log_url": "https://ci.example/build-7"}
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def wait_for(probe, what: str, timeout: float = 10.0):
-    """Poll ``probe()`` until it returns something truthy; fail after ``timeout`` seconds."""
-    give_up = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < give_up:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}; last saw {last!r}")
 
 
 def create(client: ApiClient) -> str:
@@ -92,17 +80,6 @@ def webhook_url(db_path: str, sid: str) -> str:
     finally:
         store.close()
     return str(doc.body["webhook_url"])
-
-
-def post_json(url: str, value: Any) -> tuple[int, Any]:
-    request = urllib.request.Request(url, data=json.dumps(value).encode(), method="POST")
-    request.add_header("Content-Type", "application/json")
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
 
 
 def free_port() -> int:

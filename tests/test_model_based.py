@@ -68,7 +68,6 @@ from model_kit import (
     INVALID_VALUES,
     KEY_UNIVERSE,
     LEASE,
-    RESTART_LIMIT,
     SESSION,
     TOKENS,
     UNKNOWN_IDS,
@@ -80,6 +79,7 @@ from model_kit import (
     make_kind,
     new_keys,
 )
+from model_processes import HarnessProcesses
 from model_stops import StopsMidPhase
 
 from bide import (
@@ -111,7 +111,9 @@ steps = st.fixed_dictionaries(
 plans = st.lists(steps, min_size=1, max_size=4)
 
 
-class EngineMachine(StopsMidPhase, RuleBasedStateMachine):
+class EngineMachine(StopsMidPhase, HarnessProcesses, RuleBasedStateMachine):
+    session = SESSION
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -131,38 +133,8 @@ class EngineMachine(StopsMidPhase, RuleBasedStateMachine):
         self.harness = self.open_harness()
         TALLY["examples"] += 1
 
-    def run(self, coro: Any) -> Any:
-        return self.loop.run_until_complete(coro)
-
-    def new_harness(self) -> Harness:
-        return Harness(
-            self.store,
-            SESSION,
-            [self.kind],
-            clock=self.clock,
-            ids=self.ids,
-            restart_limit=RESTART_LIMIT,
-            lease_seconds=LEASE,
-        )
-
-    def open_harness(self) -> Harness:
-        h = self.new_harness()
-        self.run(h.open())
-        return h
-
-    def observer(self) -> Harness:
-        """A harness attached to the store as it stands (another process's view): the
-        running harness may not have seen what other processes wrote."""
-        h = self.new_harness()
-        self.run(h.attach())
-        return h
-
-    def teardown(self) -> None:
-        try:
-            self.run(self.harness.close())
-        finally:
-            self.loop.close()
-            self.store.close()
+    def harness_kinds(self) -> list[Any]:
+        return [self.kind]
 
     @initialize(plan=plans)
     def first_task(self, plan: list[dict[str, Any]]) -> None:

@@ -54,6 +54,7 @@ from model_family_kit import (
     summary,
 )
 from model_kit import LEASE, RESTART_LIMIT, Trap, checked_report, machine_settings
+from model_processes import HarnessProcesses
 
 from bide import Harness, ManualClock, SequentialIds, SQLiteStore, Wake
 from bide.engine.store import StoreWrapper
@@ -79,14 +80,18 @@ class Ledger(StoreWrapper):
         super().__init__(inner)
         self.written: set[str] = set()
 
-    def commit(self, session_id: str, expected_seq: int, writes: Any, docs: Any = ()) -> int:
+    def commit(
+        self, session_id: str, expected_seq: int, writes: Any, docs: Any = (), *, absent: Any = ()
+    ) -> int:
         """Commit, then note the ids written."""
-        seq = self.inner.commit(session_id, expected_seq, writes, docs)
+        seq = self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
         self.written.update(r.id for r in writes)
         return seq
 
 
-class FamilyMachine(RuleBasedStateMachine):
+class FamilyMachine(HarnessProcesses, RuleBasedStateMachine):
+    session = SESSION
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -107,37 +112,8 @@ class FamilyMachine(RuleBasedStateMachine):
         self.harness = self.open_harness()
         TALLY["examples"] += 1
 
-    def run(self, coro: Any) -> Any:
-        return self.loop.run_until_complete(coro)
-
-    def new_harness(self) -> Harness:
-        kinds = [self.family, self.kid, self.registry.task]
-        return Harness(
-            self.store,
-            SESSION,
-            kinds,
-            clock=self.clock,
-            ids=self.ids,
-            restart_limit=RESTART_LIMIT,
-            lease_seconds=LEASE,
-        )
-
-    def open_harness(self) -> Harness:
-        h = self.new_harness()
-        self.run(h.open())
-        return h
-
-    def observer(self) -> Harness:
-        h = self.new_harness()
-        self.run(h.attach())
-        return h
-
-    def teardown(self) -> None:
-        try:
-            self.run(self.harness.close())
-        finally:
-            self.loop.close()
-            self.store.close()
+    def harness_kinds(self) -> list[Any]:
+        return [self.family, self.kid, self.registry.task]
 
     @initialize(plan=plans)
     def first_family(self, plan: list[list[dict[str, Any]]]) -> None:

@@ -20,8 +20,6 @@ import re
 import secrets
 import sqlite3
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,13 +31,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures", "proof_fixtures")
+from limits_fixtures import http, post_json  # noqa: E402
 from proof_fixtures import ProofProbe, proof_app  # noqa: E402
+from stack_kit import local_stack, wait_for  # noqa: E402
 
 from bide import SQLiteStore  # noqa: E402
 from bide.agent.conversation import ConversationHead, Submission  # noqa: E402
 from bide.constants import MAX_WEBHOOK_BODY_BYTES, WEBHOOK_SIGNATURE_WINDOW_SECONDS  # noqa: E402
-from bide.local import LocalStack  # noqa: E402
-from bide.local.thread import BackgroundStack  # noqa: E402
 from bide.service.api_models import MAX_CONTENT_CHARS, REQUEST_ID_PATTERN  # noqa: E402
 from bide.service.owners import INDEX_PARTITION_PREFIX  # noqa: E402
 from bide.service.webhooks import (  # noqa: E402
@@ -66,29 +64,9 @@ def probe() -> ProofProbe:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, probe: ProofProbe) -> Iterator[Any]:
-    db = str(tmp_path_factory.mktemp("hostile") / "dev.sqlite")
-    with BackgroundStack(LocalStack(proof_app(probe), db, port=0)) as running:
+    with local_stack(proof_app(probe), tmp_path_factory.mktemp("hostile")) as running:
         assert running.url.startswith("http://127.0.0.1:")
         yield running
-
-
-def http(method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None):
-    """A request to the local stack (no proxy); (status, parsed JSON body)."""
-    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(request, timeout=30) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        try:
-            return exc.code, json.loads(raw or b"null")
-        except ValueError:
-            return exc.code, raw.decode(errors="replace")
-
-
-def post_json(url: str, value: Any) -> tuple[int, Any]:
-    return http("POST", url, json.dumps(value).encode(), {"Content-Type": "application/json"})
 
 
 def stored(stack: Any) -> SQLiteStore:
@@ -219,16 +197,6 @@ def test_a_body_that_is_not_utf8_is_a_400_not_a_500(stack: Any) -> None:
 # --- webhooks over HTTP --------------------------------------------------------------------------
 
 
-def wait_for(probe: Any, what: str, timeout: float = 15.0) -> Any:
-    give_up = time.monotonic() + timeout
-    while time.monotonic() < give_up:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def signed_headers(body: bytes, secret: str, at: float) -> dict[str, str]:
     timestamp = str(int(at))
     return {
@@ -249,7 +217,7 @@ def test_webhook_attacks_are_refused_clearly_and_store_nothing(
         hooks = [h for h in probe.minted.values() if parse_token(h.token)[0] == sid]
         return hooks[0] if hooks else None
 
-    hook = wait_for(minted, "the tool to mint its webhook")
+    hook = wait_for(minted, "the tool to mint its webhook", 15.0)
     assert hook.url.startswith(f"{stack.url}/hooks/")
     assert stack.settle(10)
     store = stored(stack)
@@ -312,7 +280,9 @@ def test_webhook_attacks_are_refused_clearly_and_store_nothing(
     assert (status, answer["result"]) == (202, "delivered")
     status, answer = http("POST", hook.url, good, signed_headers(good, HMAC_SECRET, time.time()))
     assert status in (200, 410) and answer["result"] in ("duplicate", "closed")
-    wait_for(lambda: stack.settle(1) and stored_outcome(stack, sid, call.id), "the call to end")
+    wait_for(
+        lambda: stack.settle(1) and stored_outcome(stack, sid, call.id), "the call to end", 15.0
+    )
     assert stored_outcome(stack, sid, call.id) == "hook said green"
 
 

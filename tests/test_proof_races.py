@@ -18,7 +18,8 @@ serialized by the client (:class:`aws_fixtures.LockedClient`), as DynamoDB seria
 conflicting transactions; DynamoDB Local needs no such help. The threads still race for the
 session between calls. ``pytest -s`` prints the counters of each race.
 
-The rig (clouds, throttling, the session and the race itself) is ``tests/race_kit.py``.
+The clouds and their throttling are ``tests/race_cloud.py``; the rig (the session and the race
+itself) is ``tests/race_kit.py``.
 """
 
 from __future__ import annotations
@@ -34,23 +35,22 @@ from typing import Any
 
 import pytest
 
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures", "proof_fixtures", "race_kit")
+pytest.register_assert_rewrite(
+    "aws_fixtures", "handler_fixtures", "proof_fixtures", "race_cloud", "race_kit"
+)
 from aws_fixtures import (  # noqa: E402
     unique,
 )
+from race_cloud import THROTTLE_SHARE, Cloud, open_cloud, serve_moto  # noqa: E402
 from race_kit import (  # noqa: E402
     HOUR,
-    THROTTLE_SHARE,
-    Cloud,
     Rig,
     check_history,
     napper_kind,
-    open_cloud,
     race,
     report,
     rig_maker,
     run_threads,
-    serve_moto,
 )
 
 from bide import Harness, SignalResult  # noqa: E402

@@ -16,7 +16,14 @@ import pytest
 
 pytest.register_assert_rewrite("aws_fixtures", "store_contract")
 
-from aws_fixtures import AwsBench, FaultyClient, aws_bench, client_error  # noqa: E402
+from aws_fixtures import (  # noqa: E402
+    AwsBench,
+    FaultyClient,
+    aws_bench,
+    client_error,
+    expiries,
+    partition_items,
+)
 from store_contract import new_session, task  # noqa: E402
 
 from bide.aws.dynamodb import DynamoDBStore  # noqa: E402
@@ -42,30 +49,6 @@ def retaining(bench: AwsBench, clock: Clock, days: float | None = 30, **kw: Any)
     store = bench.store(**kw)
     store.set_retention(None if days is None else days * DAY, clock=clock)
     return store
-
-
-def partition(bench: AwsBench, session_id: str) -> list[dict[str, Any]]:
-    """Every item of the session's partition as stored (what TTL would delete)."""
-    items: list[dict[str, Any]] = []
-    request: dict[str, Any] = {
-        "TableName": bench.table,
-        "KeyConditionExpression": "pk = :pk",
-        "ExpressionAttributeValues": {":pk": {"S": session_id}},
-        "ConsistentRead": True,
-    }
-    while True:
-        page = bench.ddb.query(**request)
-        items += page["Items"]
-        if "LastEvaluatedKey" not in page:
-            return items
-        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-def expiries(bench: AwsBench, session_id: str) -> dict[str, int | None]:
-    return {
-        i["sk"]["S"]: (int(i[EXPIRES_AT]["N"]) if EXPIRES_AT in i else None)
-        for i in partition(bench, session_id)
-    }
 
 
 def end_doc(at: float = ENDED) -> Doc:
@@ -157,7 +140,7 @@ def test_offloaded_values_are_tagged_for_the_lifecycle_rule(aws_bench: AwsBench)
 
     def tags() -> dict[str, dict[str, str]]:
         found = {}
-        for item in partition(aws_bench, sid):
+        for item in partition_items(aws_bench, sid):
             if "s3_key" in item:
                 out = aws_bench.s3.get_object_tagging(
                     Bucket=item["s3_bucket"]["S"], Key=item["s3_key"]["S"]
@@ -184,7 +167,7 @@ def test_an_expired_session_reads_as_gone_and_its_id_starts_afresh(aws_bench: Aw
     clock.now = ENDED + 30 * DAY - 1
     assert store.head(sid) == seq and store.get_doc(sid, "d/1") == Doc("d/1", 1)
     clock.now = ENDED + 30 * DAY + 1  # past the expiry; TTL has not deleted anything yet
-    assert len(partition(aws_bench, sid)) == 5
+    assert len(partition_items(aws_bench, sid)) == 5
     assert store.head(sid) == 0
     assert store.load(sid).seq == 0 and store.load(sid).tasks == {}
     assert store.get_task(sid, "a") is None and store.get_doc(sid, "d/1") is None

@@ -10,9 +10,9 @@ import math
 from typing import Any
 
 import pytest
+from aws_fixtures import expiries
 from handler_fixtures import Bench, aws_fixture, bench_fixture, http_event, response_json
 
-from bide.aws.retention import EXPIRES_AT
 from bide.service.config import ConfigError, settings_from_env
 from bide.service.http import handle_api
 from bide.service.owners import Caller, index_partition
@@ -23,23 +23,6 @@ __all__ = ["aws_fixture", "bench_fixture"]
 
 DAY = 86_400
 PRINCIPAL = "arn:aws:sts::123456789012:assumed-role/dev/alice"
-
-
-def expiries(bench: Bench, partition: str) -> dict[str, int | None]:
-    items: list[dict[str, Any]] = []
-    request: dict[str, Any] = {
-        "TableName": bench.table,
-        "KeyConditionExpression": "pk = :pk",
-        "ExpressionAttributeValues": {":pk": {"S": partition}},
-        "ConsistentRead": True,
-    }
-    while True:
-        page = bench.ddb.query(**request)
-        items += page["Items"]
-        if "LastEvaluatedKey" not in page:
-            break
-        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-    return {i["sk"]["S"]: (int(i[EXPIRES_AT]["N"]) if EXPIRES_AT in i else None) for i in items}
 
 
 def end(bench: Bench, sid: str) -> int:

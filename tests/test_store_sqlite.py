@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("store_contract")
+pytest.register_assert_rewrite("store_contract", "store_contract_absent")
 
 from store_contract import StoreContract  # noqa: E402
 

@@ -107,13 +107,13 @@ class CrashAtAsk(FaultyStore):
         self.armed = True
         self.status = status
 
-    def commit(self, session_id, expected_seq, writes, docs=()):
+    def commit(self, session_id, expected_seq, writes, docs=(), *, absent=()):
         if self.armed and any(
             d.key.startswith("ask/") and d.body["status"] == self.status for d in docs
         ):
             self.armed = False
             self.fail_at = self.commits + 1
-        return super().commit(session_id, expected_seq, writes, docs)
+        return super().commit(session_id, expected_seq, writes, docs, absent=absent)
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -209,9 +209,9 @@ class Recording(FaultyStore):
         super().__init__(inner)
         self.log: list[tuple[list, list]] = []
 
-    def commit(self, session_id, expected_seq, writes, docs=()):
+    def commit(self, session_id, expected_seq, writes, docs=(), *, absent=()):
         self.log.append((list(writes), list(docs)))
-        return super().commit(session_id, expected_seq, writes, docs)
+        return super().commit(session_id, expected_seq, writes, docs, absent=absent)
 
 
 def test_the_last_progress_of_a_run_is_written_with_the_commit_that_parks_it():

@@ -43,12 +43,12 @@ class Flaky(StoreWrapper):
         self.error = error
         self.failed = 0
 
-    def commit(self, session_id, expected_seq, writes, docs=()):
+    def commit(self, session_id, expected_seq, writes, docs=(), *, absent=()):
         if self.match is not None and self.match(writes):
             self.match = None
             self.failed += 1
             raise self.error
-        return self.inner.commit(session_id, expected_seq, writes, docs)
+        return self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
 
 
 class Busy(StoreWrapper):
@@ -63,11 +63,11 @@ class Busy(StoreWrapper):
     def calm(self) -> None:
         self.match = None
 
-    def commit(self, session_id, expected_seq, writes, docs=()):
+    def commit(self, session_id, expected_seq, writes, docs=(), *, absent=()):
         if self.match is not None and self.match(writes):
             self.refused += 1
             raise ConflictError(session_id, expected_seq, expected_seq + 1)
-        return self.inner.commit(session_id, expected_seq, writes, docs)
+        return self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
 
 
 def terminal(writes) -> bool:

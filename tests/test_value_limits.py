@@ -31,6 +31,7 @@ from limits_fixtures import (  # noqa: E402
     limits_app,
     loads_back,
     nested,
+    post_json,
 )
 
 from bide import (  # noqa: E402
@@ -410,20 +411,16 @@ def web(stack: Any) -> Iterator[HttpSession]:
     s.close()
 
 
-def post(url: str, value: Any) -> tuple[int, Any]:
-    return http("POST", url, json.dumps(value).encode(), JSON)
-
-
 @pytest.mark.parametrize("route", ["signal", "hook", "stream"])
 def test_http_depth_limit(web: HttpSession, route: str) -> None:
     url = {"signal": web.signal_url("k"), "hook": web.hook_url, "stream": web.stream_url}[route]
     before = web.head()
-    status, answer = post(url, nested(TOO_DEEP))
+    status, answer = post_json(url, nested(TOO_DEEP))
     assert status == 400, answer
     # The body parser refuses it first (service/json_body.py); the value check stands behind.
     assert f"nests {TOO_DEEP} levels deep; the limit is {MAX_JSON_DEPTH}" in answer["error"]
     assert web.head() == before and web.held() == {}
-    status, answer = post(url, nested(DEEP_OK))
+    status, answer = post_json(url, nested(DEEP_OK))
     assert (status, answer["result"]) == (202, "delivered")
     assert list(web.held().values()) == [nested(DEEP_OK)]
 
@@ -445,15 +442,15 @@ def test_http_the_task_budget_is_a_413_and_the_session_still_loads(
 ) -> None:
     fits = MAX_TASK_SIGNAL_BYTES // value_bytes(PIECE, "piece")
     for n in range(fits):
-        assert post(web.signal_url(f"k{n}"), PIECE)[0] == 202
+        assert post_json(web.signal_url(f"k{n}"), PIECE)[0] == 202
     before = web.head()
     for url in (web.signal_url("one-more"), web.hook_url, web.stream_url):
-        status, answer = post(url, PIECE)
+        status, answer = post_json(url, PIECE)
         assert status == 413, answer
         assert f"the limit is {MAX_TASK_SIGNAL_BYTES}" in answer["error"]
     assert web.head() == before
     assert len(web.held()) == fits
-    assert post(web.signal_url("wait"), "go")[0] == 202
+    assert post_json(web.signal_url("wait"), "go")[0] == 202
     assert stack.settle(10)
     record = web.store.get_task(web.sid, web.task)
     assert record is not None and record.state.status == "terminal"

@@ -6,63 +6,44 @@ field); another principal gets 403; the CLI and ``bide watch`` follow every page
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from handler_fixtures import PRINCIPAL, Probe, http_event, make_app, response_json
-from test_workflow_support import Alarms, Queue
 
-from bide import ManualClock, RandomIds, SQLiteStore
-from bide.engine.records import TaskRecord
-from bide.engine.state import Sleeping
-from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc
-from bide.local import client as api
-from bide.local.watch import read_snapshot
-from bide.service.deps import Deps
-from bide.service.http import handle_api
-from bide.service.pages import MAX_PAGE_BYTES, MAX_PAGE_LIMIT
-from bide.workflow.index import index_key
-from bide.workflow.nondeterminism import NONDETERMINISM_PREFIX
-from bide.workflow.requests import ask_key
+pytest.register_assert_rewrite("page_kit")
+from page_kit import (  # noqa: E402
+    ENVELOPE_BYTES,
+    DirectClient,
+    get,
+    new_session,
+    read_pages,
+    sqlite_deps,
+)
+
+from bide.engine.records import TaskRecord  # noqa: E402
+from bide.engine.state import Sleeping  # noqa: E402
+from bide.engine.store.base import MAX_COMMIT_ITEMS, Doc  # noqa: E402
+from bide.local.watch import read_snapshot  # noqa: E402
+from bide.service.deps import Deps  # noqa: E402
+from bide.service.pages import MAX_PAGE_BYTES, MAX_PAGE_LIMIT  # noqa: E402
+from bide.workflow.index import index_key  # noqa: E402
+from bide.workflow.nondeterminism import NONDETERMINISM_PREFIX  # noqa: E402
+from bide.workflow.requests import ask_key  # noqa: E402
 
 BACKGROUND = 600  # more than the largest page
 ASKS = 130
 FAILED = 70
 BIG = 300 * 1024  # every hundredth task's result: a page holds only a few of these
 HUGE_TASK = 345  # its result is larger than a whole page: served as a stub
-ENVELOPE_BYTES = 4096
 ASKER = "asker"  # the live task the questions belong to
 
 
 @pytest.fixture
-def deps() -> Any:
-    store = SQLiteStore()
-    yield Deps(
-        store=store,
-        alarms=Alarms(),
-        queue=Queue(),
-        app=make_app(Probe()),
-        clock=ManualClock(),
-        ids=RandomIds(),
-    )
-    store.close()
-
-
-def call(
-    deps: Deps, path: str, query: dict[str, str] | None = None, principal: str = PRINCIPAL
-) -> tuple[int, Any, int]:
-    event = http_event("GET", path, query=query, principal=principal)
-    response = asyncio.run(handle_api(deps, event, None))
-    return response["statusCode"], response_json(response), len(response["body"].encode())
-
-
-def new_session(deps: Deps) -> str:
-    event = http_event("POST", "/sessions", body={}, principal=PRINCIPAL)
-    response = asyncio.run(handle_api(deps, event, None))
-    assert response["statusCode"] == 201
-    return str(response_json(response)["session_id"])
+def deps() -> Iterator[Deps]:
+    with sqlite_deps() as made:
+        yield made
 
 
 def result_of(n: int) -> str:
@@ -130,18 +111,8 @@ def fill(deps: Deps, sid: str, first: int, count: int, *, asker: bool = True) ->
 def read_all(
     deps: Deps, sid: str, name: str, cursor: str | None, limit: int = MAX_PAGE_LIMIT
 ) -> tuple[list[Any], str | None]:
-    found: list[Any] = []
-    for _ in range(BACKGROUND + 1):  # a cursor that never moves on fails, not hangs
-        query = {"limit": str(limit), **({"cursor": cursor} if cursor else {})}
-        status, page, size = call(deps, f"/sessions/{sid}/workflow/{name}", query)
-        assert status == 200, page
-        assert size <= MAX_PAGE_BYTES + ENVELOPE_BYTES, size
-        assert len(page["items"]) <= limit and page["name"] == name
-        found += page["items"]
-        cursor = page["next"] or cursor
-        if not page["more"]:
-            return found, cursor
-    raise AssertionError("following next never reached the end")
+    path = f"/sessions/{sid}/workflow/{name}"
+    return read_pages(deps, path, cursor, limit=limit, same={"name": name})
 
 
 def ids(items: list[dict[str, Any]], field: str = "id") -> list[str]:
@@ -151,7 +122,7 @@ def ids(items: list[dict[str, Any]], field: str = "id") -> list[str]:
 def test_the_view_holds_bounded_first_pages_and_next_reads_each_item_once(deps: Deps) -> None:
     sid = new_session(deps)
     fill(deps, sid, 0, BACKGROUND)
-    status, view, size = call(deps, f"/sessions/{sid}/workflow")
+    status, view, size = get(deps, f"/sessions/{sid}/workflow")
     assert status == 200, view
     assert size <= 5 * MAX_PAGE_BYTES + ENVELOPE_BYTES, size
     for name in ("tasks", "asks", "nondeterminism"):
@@ -187,25 +158,25 @@ def test_the_view_holds_bounded_first_pages_and_next_reads_each_item_once(deps: 
 def test_cursors_and_list_names_are_checked(deps: Deps) -> None:
     sid, other = new_session(deps), new_session(deps)
     fill(deps, sid, 0, 60)
-    _, page, _ = call(deps, f"/sessions/{sid}/workflow/tasks", {"limit": "5"})
-    status, body, _ = call(deps, f"/sessions/{other}/workflow/tasks", {"cursor": page["next"]})
+    _, page, _ = get(deps, f"/sessions/{sid}/workflow/tasks", {"limit": "5"})
+    status, body, _ = get(deps, f"/sessions/{other}/workflow/tasks", {"cursor": page["next"]})
     assert (
         status == 400 and body["error"].startswith("cursor:") and "another session" in body["error"]
     )
-    status, body, _ = call(deps, f"/sessions/{sid}/workflow/asks", {"cursor": page["next"]})
+    status, body, _ = get(deps, f"/sessions/{sid}/workflow/asks", {"cursor": page["next"]})
     assert status == 400 and body["error"].startswith("cursor:") and "another list" in body["error"]
     # The session view's live-task cursor is another list than the task index.
-    _, live, _ = call(deps, f"/sessions/{sid}/tasks", {"limit": "1"})
-    status, body, _ = call(deps, f"/sessions/{sid}/workflow/tasks", {"cursor": live["next"]})
+    _, live, _ = get(deps, f"/sessions/{sid}/tasks", {"limit": "1"})
+    status, body, _ = get(deps, f"/sessions/{sid}/workflow/tasks", {"cursor": live["next"]})
     assert status == 400 and "another list" in body["error"]
-    status, body, _ = call(deps, f"/sessions/{sid}/workflow/tasks", {"cursor": "garbage"})
+    status, body, _ = get(deps, f"/sessions/{sid}/workflow/tasks", {"cursor": "garbage"})
     assert status == 400 and body["error"].startswith("cursor:")
     tampered = page["next"][:-1] + ("0" if page["next"][-1] != "0" else "1")
-    status, body, _ = call(deps, f"/sessions/{sid}/workflow/tasks", {"cursor": tampered})
+    status, body, _ = get(deps, f"/sessions/{sid}/workflow/tasks", {"cursor": tampered})
     assert status == 400 and "altered" in body["error"]
-    status, body, _ = call(deps, f"/sessions/{sid}/workflow/everything")
+    status, body, _ = get(deps, f"/sessions/{sid}/workflow/everything")
     assert status == 422 and body["detail"][0]["loc"][-1] == "name"
-    status, body, _ = call(deps, f"/sessions/{sid}/workflow/tasks", {"limit": "0"})
+    status, body, _ = get(deps, f"/sessions/{sid}/workflow/tasks", {"limit": "0"})
     assert status == 422 and body["detail"][0]["loc"][-1] == "limit"
 
 
@@ -213,25 +184,8 @@ def test_another_principal_gets_403_on_the_pages(deps: Deps) -> None:
     sid = new_session(deps)
     fill(deps, sid, 0, 10)
     for path in (f"/sessions/{sid}/workflow", f"/sessions/{sid}/workflow/asks"):
-        status, body, _ = call(deps, path, principal="arn:aws:iam::123456789012:user/mallory")
+        status, body, _ = get(deps, path, principal="arn:aws:iam::123456789012:user/mallory")
         assert status == 403 and "ok 0?" not in json.dumps(body)
-
-
-class _DirectClient:
-    """An ApiClient stand-in that sends requests straight to the API handler."""
-
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-        self.paths: list[str] = []
-
-    def request(self, method: str, path: str, body: Any = None) -> api.ApiResponse:
-        self.paths.append(path)
-        route, _, query = path.partition("?")
-        params = dict(p.split("=", 1) for p in query.split("&")) if query else None
-        event = http_event(method, route, body=body, query=params, principal=PRINCIPAL)
-        response = asyncio.run(handle_api(self.deps, event, None))
-        raw = response["body"].encode()
-        return api.ApiResponse(response["statusCode"], json.loads(raw), raw)
 
 
 def test_the_cli_and_watch_follow_every_page(
@@ -241,7 +195,7 @@ def test_the_cli_and_watch_follow_every_page(
 
     sid = new_session(deps)
     fill(deps, sid, 0, BACKGROUND)
-    direct = _DirectClient(deps)
+    direct = DirectClient(deps)
     monkeypatch.setattr(cli, "_client", lambda args, timeout=None: direct)
     assert cli.main(["show", sid]) == 0
     shown = capsys.readouterr().out

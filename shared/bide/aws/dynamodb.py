@@ -3,8 +3,8 @@
 :class:`DynamoDBStore` holds the reads and the commit: what each Store operation asks of
 DynamoDB, and the condition expressions that make a commit safe. Every commit is one
 ``TransactWriteItems``: the head, conditioned on the expected seq, plus one unconditional Put
-per task and per document, so a commit holds at most
-:data:`~bide.engine.store.base.MAX_COMMIT_ITEMS` (99) records and documents together.
+per task and per document, and one ``ConditionCheck`` per key the commit requires absent, so a
+commit holds at most :data:`~bide.engine.store.base.MAX_COMMIT_ITEMS` (99) of them together.
 
 Each of the other parts is its own argument, in its own module: :mod:`bide.aws.table` (the
 table, its item layout and DynamoDB's limits, :func:`table_definition`, :func:`create_table`),
@@ -28,13 +28,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from ..engine.errors import CommitTooLarge, ConflictError, StoreUnavailable
+from ..engine.errors import CommitTooLarge, ConflictError, DocumentExists, StoreUnavailable
 from ..engine.records import TaskRecord
-from ..engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot
+from ..engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot, check_absent
 from . import offload, table
+from .absent import absent_check, present
 from .offload import DEFAULT_OFFLOAD_THRESHOLD, S3Offload
 from .retention import ENDED_AT, EXPIRES_AT, NOT_ENDED, End, Retaining, expired
-from .retry import Retrier, new_client, request_token, transact
+from .retry import ChecksFailed, Retrier, new_client, request_token, transact
 from .table import (
     DOC_PREFIX,
     HEAD_SORT_KEY,
@@ -88,6 +89,8 @@ _HEAD_ABSENT: Final = "attribute_not_exists(#pk) OR #exp <= :now"
 # every task write in the same transaction) is written only if nobody committed since the
 # writer loaded. A missing head fails this too (a session never written has seq 0).
 _HEAD_AT_EXPECTED_SEQ: Final = "#seq = :expected"
+
+# A key the commit requires absent is one ConditionCheck, named in bide.aws.absent.
 
 # Task Puts carry no condition of their own on purpose: the head's condition decides for the
 # whole transaction, and a per-task condition would only add ways to fail that we would have
@@ -253,13 +256,17 @@ class DynamoDBStore(Retaining):
         expected_seq: int,
         writes: Sequence[TaskRecord],
         docs: Sequence[Doc] = (),
+        *,
+        absent: Sequence[str] = (),
     ) -> int:
         """Write ``writes`` and ``docs`` and advance the seq to ``expected_seq + 1`` in one
-        transaction.
+        transaction, which also checks that no document exists under a key of ``absent``.
 
         Raises :class:`~bide.engine.errors.ConflictError` (nothing written) when the stored
         seq is not ``expected_seq``; the error's ``actual_seq`` comes from the head the failed
         condition returned, not from a second read. Raises
+        :class:`~bide.engine.errors.DocumentExists` when a key of ``absent`` has a document;
+        its body comes from the failed check (``ALL_OLD``), not from a second read. Raises
         :class:`~bide.engine.errors.CommitTooLarge` (nothing written, S3 included) when
         ``writes`` and ``docs`` hold more than :data:`~bide.engine.store.base.MAX_COMMIT_ITEMS`
         (99) items together, or a record, a document or the whole transaction cannot fit
@@ -273,13 +280,17 @@ class DynamoDBStore(Retaining):
         if expected_seq < 0:
             raise ValueError("expected_seq must be >= 0")
         # Counted as given, before repeated ids and keys collapse, as every store counts.
-        if len(writes) + len(docs) > MAX_COMMIT_ITEMS:
+        if len(writes) + len(docs) + len(absent) > MAX_COMMIT_ITEMS:
             raise CommitTooLarge(
                 f"commit to session {session_id!r} writes {len(writes)} records and "
-                f"{len(docs)} documents; a commit holds at most {MAX_COMMIT_ITEMS} together "
+                f"{len(docs)} documents and checks {len(absent)} absent; a commit holds at "
+                f"most {MAX_COMMIT_ITEMS} together "
                 f"(a DynamoDB transaction holds {TRANSACTION_ACTIONS} actions and one is the "
                 "head). Nothing was written: split the work into several commits."
             )
+        check_absent(docs, absent)
+        # A key too long to be a sort key can have no document: nothing to check.
+        checked = [k for k in dict.fromkeys(absent) if fits_sort_key(DOC_PREFIX + k)]
         records = offload.last_write_per_id(session_id, writes)
         documents = offload.last_write_per_key(docs)
         prepared = offload.prepare(
@@ -300,6 +311,8 @@ class DynamoDBStore(Retaining):
                     self._offload.put(p, ended=end.expires_at is not None)
             actions = [self._head_action(session_id, expected_seq, token, records, end)]
             actions += [self._put_action(session_id, new_seq, p, end.expires_at) for p in prepared]
+            now = math.floor(self._ends.now())
+            actions += [absent_check(self.table_name, session_id, k, now) for k in checked]
             try:
                 self._retry.run(
                     "commit",
@@ -307,6 +320,14 @@ class DynamoDBStore(Retaining):
                         self._ddb, session_id, expected_seq, t, a
                     ),
                 )
+            except ChecksFailed as exc:
+                first = len(actions) - len(checked)  # the checks come last
+                found = present(
+                    exc, checked, first, lambda k: self.get_doc(session_id, k), self._doc_from_item
+                )
+                if found is None:  # gone since (expired): decide again after a reload
+                    raise ConflictError(session_id, expected_seq, None) from None
+                raise DocumentExists(session_id, found) from None
             except ConflictError as exc:
                 if resend or not end.guessed or exc.actual_seq != expected_seq:
                     raise

@@ -117,6 +117,17 @@ def request_token() -> str:
     return secrets.token_hex(16)
 
 
+class ChecksFailed(Exception):
+    """A commit's ``ConditionCheck`` actions failed while its head's condition held: the items
+    they check exist. :attr:`failed` holds each failed action's index in the transaction and
+    the item as it stands (from ``ReturnValuesOnConditionCheckFailure=ALL_OLD``; None when the
+    service did not return it). Nothing was written; never retried."""
+
+    def __init__(self, failed: list[tuple[int, dict[str, Any] | None]]) -> None:
+        self.failed = failed
+        super().__init__(f"condition checks failed at actions {[i for i, _ in failed]}")
+
+
 def transact(
     client: DynamoDBClient,
     session_id: str,
@@ -128,8 +139,9 @@ def transact(
     ``expected_seq`` with ``ReturnValuesOnConditionCheckFailure=ALL_OLD`` and writing ``txn =
     token``. Returns on success; raises the domain error for a definite "no"
     (:class:`~bide.engine.errors.ConflictError`,
-    :class:`~bide.engine.errors.CommitTooLarge`); lets transient errors through for
-    :meth:`Retrier.run`."""
+    :class:`~bide.engine.errors.CommitTooLarge`) and :class:`ChecksFailed` when only later
+    actions' conditions failed (only ``ConditionCheck`` actions carry one); lets transient
+    errors through for :meth:`Retrier.run`."""
     try:
         client.transact_write_items(TransactItems=actions, ClientRequestToken=token)
     except ClientError as exc:
@@ -147,6 +159,16 @@ def transact(
                     # itself; this covers the token window and emulators). Success.
                     return
                 raise ConflictError(session_id, expected_seq, actual) from None
+            # The head held: a failed condition further on is a check of an item that
+            # exists. A definite "no" too (not transient, not a conflict to reload for); the
+            # item, asked for with ALL_OLD, comes in the same reason: no second read.
+            failed = [
+                (i, dict(r["Item"]) if r.get("Item") else None)
+                for i, r in enumerate(reasons)
+                if i > 0 and r.get("Code") == "ConditionalCheckFailed"
+            ]
+            if failed:
+                raise ChecksFailed(failed) from None
             codes = {r.get("Code") for r in reasons}
             if "ItemCollectionSizeLimitExceeded" in codes:
                 raise CommitTooLarge(

@@ -11,6 +11,8 @@ aborted, the invocation was superseded, or the harness closed) derives from
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BideError(Exception):
     """Root of every error Bide raises on purpose."""
@@ -44,6 +46,23 @@ class StoreUnavailable(BideError):
 
 class CommitTooLarge(BideError):
     """A commit exceeds what the store can write atomically. Nothing was written."""
+
+
+class DocumentExists(BideError):
+    """A commit required documents to be absent (``absent`` of
+    :meth:`~bide.engine.store.Store.commit`) and some exist. Nothing was written.
+
+    :attr:`found` maps each existing key the store named (at least one) to its body as it
+    stands. Deciding again knowing those documents gives the caller the answer a read
+    beforehand would have given it."""
+
+    def __init__(self, session_id: str, found: dict[str, Any]) -> None:
+        self.session_id = session_id
+        self.found = found
+        super().__init__(
+            f"session {session_id!r}: the commit required documents {sorted(found)!r} to be "
+            "absent and they exist; nothing was written: decide again knowing them"
+        )
 
 
 class InvalidTransition(BideError):

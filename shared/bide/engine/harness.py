@@ -23,6 +23,7 @@ from .clock import Clock, SystemClock
 from .errors import (
     ConflictError,
     DefinitionError,
+    DocumentExists,
     HarnessClosed,
     KeyReuseError,
     StoreFailedMidRun,
@@ -405,9 +406,17 @@ class Harness:
 
     def _apply(self, change: Callable[[Draft], R]) -> R:
         """Evaluate ``change`` against the adopted view and commit its writes; on a conflict
-        reload and evaluate it again (it decides afresh; nothing stale is resent)."""
+        reload and evaluate it again (it decides afresh; nothing stale is resent).
+
+        Keys the draft requires absent (:meth:`Draft.moved_unread`) go with the commit as
+        conditions. When one holds a document after all, the store hands it back and
+        ``change`` is decided again knowing it, as if it had been read first; when the
+        conditions do not fit the commit (or the commit writes one of those keys), they are
+        read instead, then ``change`` is decided again. Neither counts as an attempt: each
+        learns documents for good, so the next evaluation requires fewer keys absent."""
         with self._store_errors():
-            for _ in range(_COMMIT_ATTEMPTS):
+            attempts = 0
+            while attempts < _COMMIT_ATTEMPTS:
                 if self._closed:
                     raise HarnessClosed("this harness was closed; create a new one")
                 draft = Draft(self)
@@ -415,14 +424,29 @@ class Harness:
                 if not draft.writes and not draft.docs:
                     return result
                 check_commit(self._live, draft.writes.values(), draft.docs)  # ValueRefused
+                absent = sorted(draft.absent)
+                if absent and (
+                    len(draft.writes) + len(draft.docs) + len(absent) > MAX_COMMIT_ITEMS
+                    or not draft.absent.isdisjoint(draft.docs)
+                ):
+                    for key in absent:
+                        self.get_doc(key)  # no room for the conditions: read the keys
+                    continue
                 docs = [Doc(key, body) for key, body in draft.docs.items()]
                 try:
                     self._seq = self.store.commit(
-                        self.session_id, self._seq, list(draft.writes.values()), docs
+                        self.session_id, self._seq, list(draft.writes.values()), docs, absent=absent
                     )
                 except ConflictError:
                     self._reload()
+                    attempts += 1
                     continue
+                except DocumentExists as exc:
+                    if not set(exc.found) & draft.absent:
+                        raise  # names no key this commit checked: a store bug, not a retry
+                    self._docs.update(exc.found)  # as they stand at this seq: decide again
+                    continue
+                self._docs.update(dict.fromkeys(absent))  # proven absent; none was written
                 self._docs.update(draft.docs)
                 self._adopt(draft.writes.values())
                 return result

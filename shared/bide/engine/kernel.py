@@ -34,7 +34,7 @@ from . import slots
 from .clock import Clock
 from .errors import DefinitionError
 from .ids import IdSource
-from .records import TaskRecord
+from .records import SignalSlot, TaskRecord
 from .rules import SignalDecision, decide_signal
 from .signals import SignalToken
 from .slots import SlotLookup
@@ -63,6 +63,7 @@ class Kernel(Protocol):
     _mine: set[str]
     _changed: asyncio.Event
     _truncated: bool
+    _docs: dict[str, Any]  # documents known at the adopted seq (None: known absent)
 
     # The commit path: every write goes through ``_apply``.
     def _apply(self, change: Callable[[Draft], R]) -> R: ...
@@ -105,6 +106,7 @@ class Draft:
         self.harness = harness
         self.writes: dict[str, TaskRecord] = {}
         self.docs: dict[str, Any] = {}
+        self.absent: set[str] = set()  # keys this commit requires absent (Store.commit)
 
     def get_doc(self, key: str) -> Any:
         """A document's body as this commit would leave it (None when absent)."""
@@ -132,6 +134,24 @@ class Draft:
     def moved(self, task_id: str) -> SlotLookup:
         """Reads ``task_id``'s slots that left its record, as this commit would leave them."""
         return slots.lookup(self.get_doc, task_id)
+
+    def moved_unread(self, task_id: str) -> SlotLookup:
+        """Like :meth:`moved` for a check that only refuses when a slot is there (a sleep's
+        keys): a key whose document this harness does not know is not read but required
+        absent by this commit (a condition of the commit, no request of its own), and found
+        None. Should the document exist after all, the store refuses the commit and the
+        harness decides it again knowing the document, so the answer is the read's."""
+
+        def find(slot: str) -> SignalSlot | None:
+            key = slots.doc_key(task_id, slot)
+            if key in self.docs:
+                return slots.from_body(self.docs[key])
+            if key in self.harness._docs:
+                return slots.from_body(self.harness._docs[key])
+            self.absent.add(key)
+            return None
+
+        return find
 
     def signal(
         self, task_id: str, token: SignalToken[Any], key: str, value: Any, now: float

@@ -194,7 +194,8 @@ def deadline_passed_for(record: TaskRecord, slot: str, now: float) -> bool:
 
 def check_sleep(record: TaskRecord, sleep: Sleeping, *, moved: SlotLookup) -> None:
     """Refuse a sleep that could never be honoured. Raises :class:`InvalidPark`. A listed
-    key that is not on the record is looked up with ``moved`` (one document read each)."""
+    key that is not on the record is looked up with ``moved`` (the harness passes
+    :meth:`~bide.engine.kernel.Draft.moved_unread`: a condition on the commit, not a read)."""
     if sleep.until is None and not sleep.signals:
         raise InvalidPark(f"task {record.id!r}: a sleep needs 'until', 'signals', or both")
     seen: set[str] = set()

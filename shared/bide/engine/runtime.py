@@ -241,7 +241,8 @@ class Runtime:
             d.put(bump(record, state=staged, restarts=restarts))
             return progress
         if isinstance(new, Sleeping):
-            check_sleep(record, new, moved=d.moved(record.id))
+            # A fresh key is not read: the commit requires its document absent instead.
+            check_sleep(record, new, moved=d.moved_unread(record.id))
         elif isinstance(new, Waiting):
             check_wait(record, new, d.live(), lambda t: d.find(t) is not None)
         else:  # pragma: no cover - the union is closed

@@ -156,10 +156,12 @@ class ObservedStore(StoreWrapper):
         expected_seq: int,
         writes: Sequence[TaskRecord],
         docs: Sequence[Doc] = (),
+        *,
+        absent: Sequence[str] = (),
     ) -> int:
         """See :meth:`bide.engine.store.Store.commit`; a conflict is counted, then raised."""
         try:
-            return self.inner.commit(session_id, expected_seq, writes, docs)
+            return self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
         except ConflictError:
             count(COMMIT_CONFLICTS)
             raise

@@ -99,6 +99,8 @@ class FaultyStore(StoreWrapper):
         expected_seq: int,
         writes: Sequence[TaskRecord],
         docs: Sequence[Doc] = (),
+        *,
+        absent: Sequence[str] = (),
     ) -> int:
         """Pass through, or crash at the chosen commit."""
         self.commits += 1
@@ -110,7 +112,7 @@ class FaultyStore(StoreWrapper):
         if hit and self.when == "before":
             self.crashed = True
             raise Crash(f"crash before commit {self.commits}")
-        seq = self.inner.commit(session_id, expected_seq, writes, docs)
+        seq = self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
         if hit:
             self.crashed = True
             raise Crash(f"crash after commit {self.commits}")

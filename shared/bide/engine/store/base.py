@@ -10,8 +10,14 @@ Besides task records, a commit may write *documents*: JSON values under string k
 (conversation entries, submissions, webhook bindings). They are never loaded with the
 snapshot; they are read by key or by key prefix, in key order.
 
-A commit holds at most :data:`MAX_COMMIT_ITEMS` records and documents together (the
-DynamoDB store's transaction limit, enforced by every store so the engine cannot build a
+A commit may also require documents to be *absent* (``absent``): a writer that would
+otherwise read a key only to learn that nothing is there (a sleep on a fresh key, whose
+consumed or expired slot would be a document) states the absence as a condition of its
+commit instead. One request where a read and a commit take two; when a document is there after
+all, nothing is written and :class:`~bide.engine.errors.DocumentExists` hands its body back.
+
+A commit holds at most :data:`MAX_COMMIT_ITEMS` records, documents and absent keys together
+(the DynamoDB store's transaction limit, enforced by every store so the engine cannot build a
 commit that only the embedded store accepts).
 
 **Ending a session.** A commit that writes the document :data:`SESSION_ENDED_KEY` (body
@@ -32,7 +38,7 @@ from typing import Any, Protocol
 
 from ..records import TaskRecord
 
-MAX_COMMIT_ITEMS = 99  # records and documents together, counted as passed in
+MAX_COMMIT_ITEMS = 99  # records, documents and absent keys together, counted as passed in
 MAX_DOC_KEY_BYTES = 1022  # UTF-8 bytes; longer keys are refused (DynamoDB's sort key limit)
 #: The document whose commit ends the session (see the module). Its key predates the notion
 #: (only workflows knew it), so sessions ended before keep their end.
@@ -43,6 +49,18 @@ def ended_at(body: Any) -> float | None:
     """The end time an ended-session document holds, or None when it holds none."""
     at = body.get("at") if isinstance(body, dict) else None
     return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
+
+
+def check_absent(docs: Sequence[Doc], absent: Sequence[str]) -> None:
+    """Raise ValueError when a key is both written (in ``docs``) and required absent: every
+    store refuses that commit, since DynamoDB cannot check and write one item in one
+    transaction."""
+    both = {d.key for d in docs}.intersection(absent)
+    if both:
+        raise ValueError(
+            f"documents {sorted(both)!r} are both written and required absent in one commit; "
+            "nothing was written: check a key that the commit does not write"
+        )
 
 
 @dataclass(frozen=True)
@@ -89,14 +107,22 @@ class Store(Protocol):
         expected_seq: int,
         writes: Sequence[TaskRecord],
         docs: Sequence[Doc] = (),
+        *,
+        absent: Sequence[str] = (),
     ) -> int:
         """Write every record in ``writes`` (insert or replace by id) and every document in
         ``docs`` (insert or replace by key), and advance the sequence from ``expected_seq`` to
-        ``expected_seq + 1``, all or nothing.
+        ``expected_seq + 1``, all or nothing, provided no document exists under any key in
+        ``absent`` (checked atomically with the sequence).
 
         Raises :class:`~bide.engine.errors.ConflictError` when the stored sequence is not
-        ``expected_seq``, and :class:`~bide.engine.errors.CommitTooLarge` for more than
-        :data:`MAX_COMMIT_ITEMS` items. Returns the new sequence number.
+        ``expected_seq`` (whatever the documents), then
+        :class:`~bide.engine.errors.DocumentExists` when a key of ``absent`` has a document
+        (naming at least one such key with its body), and
+        :class:`~bide.engine.errors.CommitTooLarge` for more than :data:`MAX_COMMIT_ITEMS`
+        items (``writes``, ``docs`` and ``absent`` together). Raises ValueError for a key both
+        in ``docs`` and in ``absent`` (DynamoDB cannot check and write one item in one
+        transaction). Nothing is written when it raises. Returns the new sequence number.
         """
         ...
 

@@ -8,9 +8,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import CommitTooLarge, ConflictError
+from ..errors import CommitTooLarge, ConflictError, DocumentExists
 from ..records import TaskRecord
-from .base import MAX_COMMIT_ITEMS, MAX_DOC_KEY_BYTES, Doc, SessionSnapshot
+from .base import MAX_COMMIT_ITEMS, MAX_DOC_KEY_BYTES, Doc, SessionSnapshot, check_absent
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS heads (
@@ -97,13 +97,17 @@ class SQLiteStore:
         expected_seq: int,
         writes: Sequence[TaskRecord],
         docs: Sequence[Doc] = (),
+        *,
+        absent: Sequence[str] = (),
     ) -> int:
-        """Write ``writes`` and ``docs`` and advance the sequence, or raise and write nothing."""
-        if len(writes) + len(docs) > MAX_COMMIT_ITEMS:
+        """Write ``writes`` and ``docs`` and advance the sequence, provided no document exists
+        under a key of ``absent``; or raise and write nothing."""
+        if len(writes) + len(docs) + len(absent) > MAX_COMMIT_ITEMS:
             raise CommitTooLarge(
-                f"a commit holds at most {MAX_COMMIT_ITEMS} records and documents, "
-                f"not {len(writes) + len(docs)}; nothing was written"
+                f"a commit holds at most {MAX_COMMIT_ITEMS} records, documents and absent keys, "
+                f"not {len(writes) + len(docs) + len(absent)}; nothing was written"
             )
+        check_absent(docs, absent)
         for doc in docs:
             if len(doc.key.encode()) > MAX_DOC_KEY_BYTES:
                 raise ValueError(
@@ -120,6 +124,9 @@ class SQLiteStore:
                 actual = self._seq(session_id)
                 if actual != expected_seq:
                     raise ConflictError(session_id, expected_seq, actual)
+                found = self._present(session_id, absent)
+                if found:
+                    raise DocumentExists(session_id, found)
                 self._db.executemany(
                     "INSERT INTO tasks (session_id, task_id, live, body) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT (session_id, task_id) DO UPDATE SET live = excluded.live, "
@@ -181,6 +188,17 @@ class SQLiteStore:
         """Close the connection."""
         with self._lock:
             self._db.close()
+
+    def _present(self, session_id: str, keys: Sequence[str]) -> dict[str, Any]:
+        """The documents under ``keys`` that exist, by key (inside the commit's transaction)."""
+        found: dict[str, Any] = {}
+        for key in dict.fromkeys(keys):
+            row = self._db.execute(
+                "SELECT body FROM docs WHERE session_id = ? AND key = ?", (session_id, key)
+            ).fetchone()
+            if row is not None:
+                found[key] = json.loads(row[0])
+        return found
 
     def _seq(self, session_id: str) -> int:
         row = self._db.execute(

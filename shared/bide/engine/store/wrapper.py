@@ -42,9 +42,11 @@ class StoreWrapper:
         expected_seq: int,
         writes: Sequence[TaskRecord],
         docs: Sequence[Doc] = (),
+        *,
+        absent: Sequence[str] = (),
     ) -> int:
         """See :meth:`bide.engine.store.Store.commit`."""
-        return self.inner.commit(session_id, expected_seq, writes, docs)
+        return self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
 
     def get_doc(self, session_id: str, key: str) -> Doc | None:
         """See :meth:`bide.engine.store.Store.get_doc`."""
