@@ -1,4 +1,5 @@
-"""What the benches share: fake AWS, boto3 clients, Lambda's SQS records, medians, table rows.
+"""What the benches share: fake AWS, boto3 clients, Lambda's SQS records, medians, table rows,
+a store wrapper that counts what passes through it.
 
 Not a bench itself: ``make bench`` runs ``bench/bench_*.py`` and this name does not match.
 The benches put ``bench/`` on the path by being run from it, so they import it as
@@ -8,11 +9,15 @@ The benches put ``bench/`` on the path by being run from it, so they import it a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
+
+from bide.engine.records import TaskRecord
+from bide.engine.store import Doc, SessionSnapshot, Store, StoreWrapper
 
 REGION = "us-east-1"
 # Fake credentials, no config or credentials file, no instance metadata: nothing a bench does
@@ -32,22 +37,29 @@ _PROFILE_VARS = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")  # would point boto3 at r
 
 
 @contextlib.contextmanager
-def fake_aws() -> Iterator[None]:
-    """Fake credentials and no endpoint override (an override makes ``mock_aws`` stop
-    intercepting), then moto's ``mock_aws``. Restores the environment afterwards."""
-    from moto import mock_aws
-
+def fake_env() -> Iterator[None]:
+    """Fake credentials and no endpoint override or profile; restores the environment
+    afterwards."""
     saved = dict(os.environ)
     try:
         for name in list(os.environ):
             if name.startswith("AWS_ENDPOINT_URL") or name in _PROFILE_VARS:
                 del os.environ[name]
         os.environ.update(FAKE_ENV)
-        with mock_aws():
-            yield
+        yield
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def fake_aws() -> Iterator[None]:
+    """:func:`fake_env` (an endpoint override makes ``mock_aws`` stop intercepting), then
+    moto's ``mock_aws``."""
+    from moto import mock_aws
+
+    with fake_env(), mock_aws():
+        yield
 
 
 def boto3_client(service: str, endpoint: str | None = None) -> Any:
@@ -112,3 +124,73 @@ def timed_run() -> Iterator[None]:
         yield
     finally:
         print(f"\ntotal {time.perf_counter() - began:.1f} s")
+
+
+# --- what a store reads and writes --------------------------------------------------------------
+
+
+class Counting(StoreWrapper):
+    """Counts the JSON bytes of the records and documents read from and written to ``inner``,
+    and the task records read (``load`` reads every live one)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.read = 0
+        self.written = 0
+        self.records_read = 0
+
+    def reset(self) -> None:
+        self.read = self.written = self.records_read = 0
+
+    def load(self, session_id: str) -> SessionSnapshot:
+        snapshot = self.inner.load(session_id)
+        self.read += sum(len(r.to_json().encode()) for r in snapshot.tasks.values())
+        self.records_read += len(snapshot.tasks)
+        return snapshot
+
+    def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
+        record = self.inner.get_task(session_id, task_id)
+        self.read += 0 if record is None else len(record.to_json().encode())
+        self.records_read += record is not None
+        return record
+
+    def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
+        seq, record = self.inner.task_at_head(session_id, task_id)
+        self.read += 0 if record is None else len(record.to_json().encode())
+        self.records_read += record is not None
+        return seq, record
+
+    def get_doc(self, session_id: str, key: str) -> Doc | None:
+        doc = self.inner.get_doc(session_id, key)
+        self.read += 0 if doc is None else doc_bytes(doc)
+        return doc
+
+    def list_docs(
+        self,
+        session_id: str,
+        prefix: str,
+        *,
+        start_after: str | None = None,
+        limit: int | None = None,
+    ) -> list[Doc]:
+        docs = self.inner.list_docs(session_id, prefix, start_after=start_after, limit=limit)
+        self.read += sum(doc_bytes(d) for d in docs)
+        return docs
+
+    def commit(
+        self,
+        session_id: str,
+        expected_seq: int,
+        writes: Sequence[TaskRecord],
+        docs: Sequence[Doc] = (),
+        *,
+        absent: Sequence[str] = (),
+    ) -> int:
+        self.written += sum(len(r.to_json().encode()) for r in writes)
+        self.written += sum(doc_bytes(d) for d in docs)
+        return self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
+
+
+def doc_bytes(doc: Doc) -> int:
+    """A document's key and JSON body, in bytes."""
+    return len(doc.key.encode()) + len(json.dumps(doc.body, separators=(",", ":")).encode())

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _common import timed_run
 from pydantic import BaseModel
 
 from bide import Harness, SignalValue, SQLiteStore, define_signal
@@ -289,7 +290,6 @@ def run_phases(
 
 
 def main() -> None:
-    began = time.perf_counter()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")}
     env.update(
         {
@@ -341,8 +341,8 @@ def main() -> None:
         f"    the in-process worker ended {done} of {total} resumed calls; after a chunk it "
         f"needed at most {longest:.2f} s more"
     )
-    print(f"\ntotal {time.perf_counter() - began:.1f} s")
 
 
 if __name__ == "__main__":
-    main()
+    with timed_run():
+        main()
