@@ -192,21 +192,24 @@ async def measure_sqlite() -> SqliteFigures:
 class MotoFigures:
     seconds: dict[int, list[float]]
     requests: dict[int, Counter[str]]  # made by Bide, "service:Operation"
-    query_items: dict[int, int]  # items the live index's Query returned, per round
+    query_items: dict[int, tuple[int, int]]  # items and bytes the live index's Query returned
     units: dict[int, Round]  # DynamoDB request units (cost_meter)
     head_bytes: dict[int, int]  # the session head item after the rounds
 
 
 class QueryItems:
-    """Counts the items the store's Queries return (an after-call hook on its client)."""
+    """Counts the items the store's Queries return and their size (an after-call hook on its
+    client); ``None`` while not counting."""
 
     def __init__(self, client: Any) -> None:
         self.count: int | None = None
+        self.bytes = 0
         client.meta.events.register("after-call.dynamodb.Query", self._after)
 
     def _after(self, parsed: dict[str, Any], **_: Any) -> None:
         if self.count is not None:
             self.count += len(parsed.get("Items", []))
+            self.bytes += sum(item_bytes(i) for i in parsed.get("Items", []))
 
 
 async def moto_round(stack: Stack, target: Target) -> float:
@@ -245,12 +248,12 @@ async def measure_moto() -> MotoFigures:
         for n in SIZES if trial % 2 else reversed(SIZES):
             out.seconds[n].append(await moto_round(stack, targets[n]))
     for n in SIZES:
-        seen: list[tuple[Counter[str], int, Round]] = []
+        seen: list[tuple[Counter[str], tuple[int, int], Round]] = []
         for _ in range(MOTO_COUNTED):
-            units.round, items.count = Round(), 0
+            units.round, items.count, items.bytes = Round(), 0, 0
             with stack.meter.counting() as tally:
                 await moto_round(stack, targets[n])
-            seen.append((by_bide(tally.requests), items.count, units.round))
+            seen.append((by_bide(tally.requests), (items.count, items.bytes), units.round))
             units.round, items.count = None, None
         if any((s[0], s[1]) != (seen[0][0], seen[0][1]) for s in seen):
             raise RuntimeError(f"{n} tasks: counts differ between rounds: {seen}")
@@ -317,7 +320,8 @@ def main() -> None:
     }
     moto_metrics |= {
         "requests made by Bide": {n: float(sum(moto.requests[n].values())) for n in SIZES},
-        "items returned by the live Query": {n: float(moto.query_items[n]) for n in SIZES},
+        "items returned by the live Query": {n: float(moto.query_items[n][0]) for n in SIZES},
+        "KB returned by the live Query": {n: moto.query_items[n][1] / 1024 for n in SIZES},
         "RRU (est.)": {n: moto.units[n].rru for n in SIZES},
         "WRU table (est.)": {n: moto.units[n].wru for n in SIZES},
         "WRU live index (est.)": {n: moto.units[n].wru_index for n in SIZES},
@@ -327,7 +331,10 @@ def main() -> None:
         "session head item (bytes)": {n: float(moto.head_bytes[n]) for n in SIZES},
         "ms (moto, median)": {n: median_ms(moto.seconds[n]) for n in SIZES},
     }
-    fmt = dict.fromkeys(moto_metrics, ".0f") | {"ms (moto, median)": ".1f"}
+    fmt = dict.fromkeys(moto_metrics, ".0f") | {
+        "ms (moto, median)": ".1f",
+        "KB returned by the live Query": ".1f",
+    }
     table(
         f"DynamoDB store on moto (counts: {MOTO_COUNTED} rounds, equal; time: median of "
         f"{MOTO_TIMED})",
@@ -340,7 +347,6 @@ def main() -> None:
             "SQLite: bytes read": sqlite_metrics["KB of JSON read"],
             "DynamoDB: requests made by Bide": moto_metrics["requests made by Bide"],
             "DynamoDB: request units (RRU+WRU+index)": moto_metrics["request units, all (est.)"],
-            "DynamoDB on moto: time (moto's)": moto_metrics["ms (moto, median)"],
         }
     )
     low, _, high = (q * 1000 for q in statistics.quantiles(sqlite.seconds[SIZES[-1]], n=4))
