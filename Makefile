@@ -169,10 +169,13 @@ demo: venv
 	@$(CLEAN_AWS_ENV) echo "== $(DEMO_STORY)"; PYTHONPATH=shared $(BIN)/python $(DEMO_STORY); \
 	for f in $(DEMOS); do echo; echo "== $$f"; PYTHONPATH=shared $(BIN)/python "$$f"; done
 
+# The benches that measure the DynamoDB store on DynamoDB Local too (bench_long_task) get an
+# instance started for the run, as `make test` does; the others ignore it.
 bench: venv
 	@$(CLEAN_AWS_ENV) shopt -s nullglob; files=(bench/bench_*.py); \
 	if [ $${#files[@]} -eq 0 ]; then echo "no bench/bench_*.py"; exit 0; fi; \
-	for f in "$${files[@]}"; do echo "== $$f"; PYTHONPATH=shared $(BIN)/python "$$f"; done
+	bash scripts/with_dynamodb_local.sh bash -c 'for f in "$$@"; do echo "== $$f"; \
+	  PYTHONPATH=shared $(BIN)/python "$$f" || exit 1; done' bench "$${files[@]}"
 
 fmt: venv
 	$(BIN)/ruff check --fix . || true
