@@ -49,6 +49,7 @@ class Runtime:
         assert isinstance(record.state, Running)
         self._start = record.state.checkpoint
         self.progressed = False
+        self._sealed = memo_pages.SealedCache(harness.get_doc)
         self.progress = ProgressStream(record.id, self.now, self._flush_progress)
         """This run's progress reports, carried to the event stream (bide.engine.progress)."""
 
@@ -120,7 +121,7 @@ class Runtime:
         """First-writer-wins memo; durable when this returns."""
         record = self._h._live.get(self._task_id)
         if record is not None:  # on the record, or sealed in a page (memo_pages)
-            found = memo_pages.find(self._h.get_doc, record, name)
+            found = self._sealed.find(record, name)
             if found is not memo_pages.MISSING:
                 return found
         if candidate is _MISSING:
