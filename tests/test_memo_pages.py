@@ -187,3 +187,26 @@ def test_a_fresh_harness_reads_sealed_memos_first_writer_wins():
 
     run(go())
     assert seen["values"] == list(range(n))
+
+
+def test_a_workflow_webhook_whose_record_was_sealed_is_still_listed():
+    """The session's webhook listing reads sealed memos too (bide.service.hooks)."""
+    from bide.service.hooks import live_webhooks
+    from bide.tools.webhook_keys import keys_of
+
+    async def body(args, ctx):
+        hook = await ctx.webhook(name="callback")  # operation 1: sealed by the steps after
+        for i in range(memo_pages.PAGE_MEMOS):
+            await ctx.step(lambda i=i: i, name=f"s{i}")
+        return await hook
+
+    async def go():
+        t = Tools(define_workflow_tool("hooked", "", Note, body))
+        await t.start()
+        call = await t.call("hooked", {})
+        await t.h.run_until_parked()
+        assert t.status(call) == "sleeping" and t.h.task(call).memo_pages >= 1
+        return live_webhooks(t.h, "http://127.0.0.1:1", keys_of(t.h.services))
+
+    hooks = run(go())
+    assert [h["name"] for h in hooks] == ["callback"], hooks
