@@ -32,12 +32,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from _common import REGION, fake_aws, timed_run
 from pydantic import BaseModel
 
 from bide import Harness, ManualClock, SequentialIds, SQLiteStore
@@ -49,14 +48,6 @@ from bide.engine.host import host_commit
 from bide.engine.store.wrapper import StoreWrapper
 from bide.tools import ToolRegistry, define_tool
 
-REGION = "us-east-1"
-FAKE_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_REGION": REGION,
-}
 CID = "c1"
 HISTORIES = (10, 500)
 COMPACTION = Compaction(threshold=96, keep=32)  # the 10-turn history never compacts
@@ -230,27 +221,6 @@ async def measure(store_kind: str, compacted: bool, history: int) -> dict[str, C
     return costs
 
 
-@contextlib.contextmanager
-def fake_aws() -> Iterator[None]:
-    """Fake credentials, no endpoint override, then moto's ``mock_aws``."""
-    from moto import mock_aws
-
-    saved = dict(os.environ)
-    try:
-        for name in list(os.environ):
-            if name.startswith("AWS_ENDPOINT_URL") or name in (
-                "AWS_PROFILE",
-                "AWS_DEFAULT_PROFILE",
-            ):
-                del os.environ[name]
-        os.environ.update(FAKE_ENV)
-        with mock_aws():
-            yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def row(name: str, cost: Cost, base: Cost | None, dynamo: bool) -> str:
     def ratio(a: float, b: float) -> str:
         return f"{a / b:5.2f}x" if b else "   - "
@@ -285,4 +255,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with timed_run():
+        main()

@@ -49,15 +49,13 @@ import contextlib
 import io
 import json
 import math
-import os
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import boto3
-from botocore.config import Config
+from _common import boto3_client, fake_aws, sqs_record, timed_run
 from pydantic import BaseModel
 
 from bide import (
@@ -83,21 +81,9 @@ from bide.service.webhooks import Webhook, mint_webhook, parse_token
 from bide.service.worker_batch import handle_worker
 from bide.tools import Sleep, ToolRegistry, ToolResult, define_tool
 
-REGION = "us-east-1"
 ACCOUNT = "123456789012"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/bide-scheduler"
 WEBHOOK_BASE = "https://hooks.example.test"
-FAKE_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_SECURITY_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_REGION": REGION,
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-}
 SCENARIOS = (
     "tool start",
     "webhook -> result",
@@ -260,33 +246,6 @@ def _value_bytes(value: dict[str, Any]) -> int:
 # --- the bench --------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def fake_aws() -> Iterator[None]:
-    """Fake credentials and no endpoint override (an override makes mock_aws stop
-    intercepting); then moto's ``mock_aws``. Restores the environment afterwards."""
-    from moto import mock_aws
-
-    saved = dict(os.environ)
-    try:
-        for name in list(os.environ):
-            if name.startswith("AWS_ENDPOINT_URL") or name in (
-                "AWS_PROFILE",
-                "AWS_DEFAULT_PROFILE",
-            ):
-                del os.environ[name]
-        os.environ.update(FAKE_ENV)
-        with mock_aws():
-            yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-def client(service: str) -> Any:
-    config = Config(retries={"mode": "standard", "total_max_attempts": 1})
-    return boto3.client(service, region_name=REGION, config=config)  # type: ignore[call-overload]
-
-
 @dataclass
 class Stack:
     deps: Deps
@@ -298,6 +257,7 @@ class Stack:
     scheduler: Any
     queue_url: str
     group: str
+    ddb: Any  # the store's DynamoDB client (hooked as bide's)
 
     def harness(self, session_id: str) -> Harness:
         return Harness(
@@ -338,7 +298,7 @@ class Stack:
                 self.meter.tally.requests[("poller", "sqs:ReceiveMessage")] += 1
             self.invoked("worker")
             # The worker function's own entry point, given the batch as the poller hands it.
-            batch = {"Records": [_record(m) for m in messages]}
+            batch = {"Records": [sqs_record(m) for m in messages]}
             with contextlib.redirect_stdout(io.StringIO()):  # its log lines and EMF metrics
                 answer = await handle_worker(self.deps, batch, None)
             if answer["batchItemFailures"]:
@@ -366,28 +326,14 @@ class Stack:
         self.scheduler.delete_schedule(Name=name, GroupName=self.group)
 
 
-def _record(message: dict[str, Any]) -> dict[str, Any]:
-    """An SQS message as Lambda's event source mapping hands it to the function."""
-    attributes = message.get("Attributes", {})
-    return {
-        "messageId": message["MessageId"],
-        "receiptHandle": message["ReceiptHandle"],
-        "body": message["Body"],
-        "attributes": {
-            "ApproximateReceiveCount": attributes.get("ApproximateReceiveCount", "1"),
-            "MessageGroupId": attributes.get("MessageGroupId", ""),
-        },
-    }
-
-
 def build_stack() -> Stack:
     obs.logger.setLevel("ERROR")  # the worker's info lines are not the bench's output
-    inspector = client("dynamodb")
+    inspector = boto3_client("dynamodb")
     meter = Meter(inspector)
     table, bucket, group = "bide-bench", "bide-bench-offload", "bide-bench-alarms"
     create_table(inspector, table)
-    client("s3").create_bucket(Bucket=bucket)
-    setup_sqs = client("sqs")
+    boto3_client("s3").create_bucket(Bucket=bucket)
+    setup_sqs = boto3_client("sqs")
     queue_url = setup_sqs.create_queue(
         QueueName="bide-bench-wakes.fifo",
         Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"},
@@ -395,24 +341,25 @@ def build_stack() -> Stack:
     queue_arn = setup_sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
         "Attributes"
     ]["QueueArn"]
-    unhooked_scheduler = client("scheduler")
+    unhooked_scheduler = boto3_client("scheduler")
     unhooked_scheduler.create_schedule_group(Name=group)
     clock = ManualClock()
+    ddb = meter.hook(boto3_client("dynamodb"), "bide")
     store = DynamoDBStore(
         table,
-        meter.hook(client("dynamodb"), "bide"),
+        ddb,
         bucket=bucket,
-        s3_client=meter.hook(client("s3"), "bide"),
+        s3_client=meter.hook(boto3_client("s3"), "bide"),
     )
     deps = Deps(
         store=ObservedStore(store),
         alarms=SchedulerAlarms(
-            meter.hook(client("scheduler"), "bide"),
+            meter.hook(boto3_client("scheduler"), "bide"),
             group=group,
             queue_arn=queue_arn,
             role_arn=ROLE_ARN,
         ),
-        queue=SqsWakeQueue(meter.hook(client("sqs"), "bide"), queue_url),
+        queue=SqsWakeQueue(meter.hook(boto3_client("sqs"), "bide"), queue_url),
         app=APP,
         clock=clock,
         ids=RandomIds(),  # webhook secrets come from the id source: they must be random
@@ -422,12 +369,13 @@ def build_stack() -> Stack:
         deps,
         clock,
         meter,
-        meter.hook(client("sqs"), "poller"),
-        meter.hook(client("sqs"), "scheduler"),
-        client("sqs"),
+        meter.hook(boto3_client("sqs"), "poller"),
+        meter.hook(boto3_client("sqs"), "scheduler"),
+        boto3_client("sqs"),
         unhooked_scheduler,
         queue_url,
         group,
+        ddb,
     )
 
 
@@ -537,7 +485,6 @@ def print_table(result: dict[str, Tally]) -> None:
 
 
 def main() -> None:
-    began = time.perf_counter()
     print("AWS requests per scenario on moto (botocore before-parameter-build hooks).")
     print("Columns: tool start (creates a call that mints a webhook and parks), webhook ->")
     print("result, signal (by task id) -> result, signal -> next wait (long-lived task), timed")
@@ -548,8 +495,8 @@ def main() -> None:
     print()
     print(f"    Each scenario ran {REPEATS} times with identical counts; capacity units are")
     print("    estimated from item sizes (writes to the sparse live index not included).")
-    print(f"\ntotal {time.perf_counter() - began:.1f} s")
 
 
 if __name__ == "__main__":
-    main()
+    with timed_run():
+        main()

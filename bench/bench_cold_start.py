@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import timed_run
+
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = ("worker", "signal", "api")
 FIRST_CLIENT = "dynamodb"  # the first client each handler creates: all read the session first
@@ -244,7 +246,6 @@ def interpreter_start(env: dict[str, str]) -> float:
 
 
 def main() -> None:
-    began = time.perf_counter()
     trials = int(sys.argv[1]) if len(sys.argv) > 1 else TRIALS
     env = environment()
     with tempfile.TemporaryDirectory(prefix="bide-cold-") as tmp:
@@ -266,7 +267,6 @@ def main() -> None:
                 runs[label].append(probe(target, path, env))
             starts.append(interpreter_start(env))
     report(runs, starts, trials)
-    print(f"\ntotal {time.perf_counter() - began:.1f} s")
 
 
 def report(runs: dict[str, list[tuple[Marks, int]]], starts: list[float], trials: int) -> None:
@@ -303,4 +303,5 @@ def report(runs: dict[str, list[tuple[Marks, int]]], starts: list[float], trials
 
 
 if __name__ == "__main__":
-    main()
+    with timed_run():
+        main()

@@ -44,7 +44,8 @@ from typing import Any
 
 import boto3
 import cost_model as cm
-from bench_aws_requests import REGION, REPLY, fake_aws
+from _common import REGION, fake_aws, sqs_record, timed_run
+from bench_aws_requests import REPLY
 from cost_app import APP, HOOKS, HookLooper, Looper
 from cost_durable import durable_resume_cpu
 from cost_meter import Meter, Round
@@ -180,7 +181,7 @@ class Deployment:
             messages = found.get("Messages", [])
             if not messages:
                 return
-            records = [_record(m) for m in messages]
+            records = [sqs_record(m, eventSource="aws:sqs") for m in messages]
             answer = self.invoke("worker", self.worker, {"Records": records}, r)
             if answer["batchItemFailures"]:
                 raise RuntimeError(f"the worker failed wakes: {answer}")
@@ -192,21 +193,6 @@ class Deployment:
                 r.requests["sqs:ReceiveMessage (poller)"] += 1
                 r.requests["sqs:DeleteMessageBatch (poller)"] += 1
                 r.sqs_chunks += cm.sqs_chunks(size) + 1
-
-
-def _record(message: dict[str, Any]) -> dict[str, Any]:
-    """An SQS message as Lambda's event source mapping hands it to the function."""
-    attributes = message.get("Attributes", {})
-    return {
-        "messageId": message["MessageId"],
-        "receiptHandle": message["ReceiptHandle"],
-        "body": message["Body"],
-        "attributes": {
-            "ApproximateReceiveCount": attributes.get("ApproximateReceiveCount", "1"),
-            "MessageGroupId": attributes.get("MessageGroupId", ""),
-        },
-        "eventSource": "aws:sqs",
-    }
 
 
 def http_event(route: str, path: str, body: bytes, principal: str | None) -> dict[str, Any]:
@@ -326,7 +312,6 @@ def median_round(rounds: list[Round]) -> Round:
 
 
 def main() -> None:
-    began = time.perf_counter()
     results: dict[tuple[str, int], Round] = {}
     with fake_aws():
         d = Deployment()
@@ -336,8 +321,8 @@ def main() -> None:
                     results[(route, n)] = median_round(measure(d, route, n))
     durable = {n: durable_resume_cpu(n) for n in HISTORY}
     print_report(results, durable, MEMORY, HISTORY, ROUTES, ROUNDS)
-    print(f"\ntotal {time.perf_counter() - began:.1f} s")
 
 
 if __name__ == "__main__":
-    main()
+    with timed_run():
+        main()

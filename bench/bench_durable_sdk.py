@@ -6,36 +6,47 @@ deliver the pending callback, and reach the next wait (durably recorded, its id 
 
 AWS Durable Execution SDK for Python (``aws-durable-execution-sdk-python``), run by its local
 test runner (``aws-durable-execution-sdk-python-testing``, ``DurableFunctionTestRunner``: an
-in-process emulation of the Lambda durable-execution backend with an in-memory store):
+in-process emulation of the Lambda durable-execution backend with an in-memory store). The
+baseline is the SDK's lighter primitive, issue 12's goal 2:
 
-    for i in range(...): context.wait_for_callback(submitter, name=f"w{i}")
+    for i in range(...):
+        callback = context.create_callback(name=f"w{i}")   # one operation, its id handed out
+        callback.result()                                   # suspends until it completes
 
-  A resume is ``runner.send_callback_success(id)``, after which the backend invokes the handler
-  again and the SDK replays it from the start: every earlier ``wait_for_callback`` is answered
-  from the checkpoint log until the new one is created and checkpointed and its submitter
-  receives the new callback id. Measured from the send to that submitter call ("reach").
-  Also shown: from the send to the start of the handler invocation (backend work:
-  completing the callback, scheduling the invocation), and to the invocation's end (after
-  the handler suspended; it includes the SDK shutting down its checkpoint thread, which polls
-  for the stop signal every 100 ms in this SDK version, so it is nearly constant).
+  A round is ``runner.send_callback_success(id)``, after which the backend invokes the handler
+  again and the SDK replays it from the start: every earlier ``create_callback`` and
+  ``result()`` is answered from the checkpoint log until the new callback is created and
+  checkpointed and its id is handed out. Measured from the send to that id ("reach"). Also
+  shown: from the send to the start of the handler invocation (backend work: completing the
+  callback, scheduling the invocation), and to the invocation's end (after the handler
+  suspended; it includes the SDK shutting down its checkpoint thread, which polls for the
+  stop signal every 100 ms in this SDK version, so it is nearly constant). An extra row times
+  the heavier ``context.wait_for_callback(submitter, name=...)`` loop (a child context and a
+  step around each callback) to its submitter.
 
-Bide, three shapes of the same history, on SQLite in memory (the SDK runner's store is in
-memory too). A resume is what the signal function and the worker do: ``deliver_signal`` (no
-session load), then a new Harness opens the session and runs until it is parked again:
+Bide, on SQLite in memory (the SDK runner's store is in memory too). A round is what the
+signal function and the worker do: ``deliver_signal`` (no session load), then a new Harness
+opens the session and runs until it is parked again. The same loop, three ways, plus one
+favourable shape:
 
-  bide task loop  one task that slept on a signal key N times (a consumed key leaves its
-                  record for a document, so the record does not grow with N; see
-                  bench_long_task.py for that loop up to 10,000 waits on SQLite and DynamoDB);
-  bide tool loop  one tool call whose execute() parked on a signal N times (the same, plus
-                  the tool task's own fields);
-  bide N tasks    N earlier tasks that each waited once and completed, and one live task
-                  (loading reads live tasks only: as in bench_engine.py).
+  bide task loop      one task that slept on a fresh signal key N times (a consumed key leaves
+                      its record for a document, so the record does not grow with N; see
+                      bench_long_task.py for that loop up to 10,000 waits);
+  bide tool loop      one tool call whose execute() parked on a fresh signal key N times;
+  bide workflow body  one workflow-tool call whose body did N ``await ctx.wait_for(TICK,
+                      f"k{i}")`` (issue 12 goal 1: its replay reads only what it must, and a
+                      resume stays >= 5x cheaper than the SDK's at 1,000 operations);
+  bide N tasks        (favourable shape, not the SDK's loop) N earlier tasks that each waited
+                      once and completed, and one live task: loading reads live tasks only.
 
-The first N earlier waits are completed before timing starts. For the SDK they are completed
-inside one invocation (the submitter answers at once, so the handler sees each result on
-the checkpoint response without suspending); the checkpoint log is the same as with N
-separate invocations. Each timed round adds one wait to the history, so a session serves at
-most max(1, N // 20) rounds (history stays within 5% of N) and more sessions are built.
+The first N waits are completed before timing starts. For the SDK they are completed inside
+one invocation: the bench answers each new callback as soon as its id is handed out, then asks
+the SDK for an empty checkpoint (``state.create_checkpoint_sync()``, the SDK's own way to
+refresh operations; it adds no operation) so that ``result()`` finds it completed; the
+checkpoint log is the one N separate invocations leave. Each timed round adds one wait to the
+history, so a session serves at most max(1, N // 20) rounds (history within 5% of N) and more
+sessions are built. The goal table prints SDK (create_callback) / Bide at N = 1,000 against
+issue 12's goals and says MET or NOT MET from the measured ratio.
 
 Run from the repository root:  PYTHONPATH=shared python bench/bench_durable_sdk.py
 Nothing here asserts on timings; it prints ratios measured in this one run.
@@ -45,14 +56,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import statistics
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from _common import load_line, median_ms, n_heads, row, timed_run
 from aws_durable_execution_sdk_python import DurableContext, durable_execution
 from aws_durable_execution_sdk_python_testing import DurableFunctionTestRunner
 from bench_engine import TICK, Cycler, Waiter, build_session
@@ -60,10 +70,14 @@ from pydantic import BaseModel
 
 from bide import Harness, ManualClock, SequentialIds, SignalResult, SQLiteStore, deliver_signal
 from bide.tools import Sleep, ToolRegistry, define_tool
+from bide.workflow import define_workflow_tool
 
 HISTORY = (10, 100, 1_000)
-TRIALS = 15  # timed rounds per history length and system (after one warm-up round)
+TRIALS = 15  # timed rounds per history length and series (after one warm-up round)
 WAIT_S = 120.0  # a round that takes longer than this is a failure, not a figure
+GOAL_N = 1_000
+# Issue 12: goal 2 (task and tool loop >= 20x faster), goal 1's workflow half (>= 5x cheaper).
+GOALS = {"bide task loop": 20.0, "bide tool loop": 20.0, "bide workflow body": 5.0}
 
 
 def rounds_per_session(history: int) -> int:
@@ -73,33 +87,51 @@ def rounds_per_session(history: int) -> int:
 
 # --- the SDK side -----------------------------------------------------------------------------
 
+CREATE, WAIT_FOR = "create_callback", "wait_for_callback"
+
 
 @dataclass
 class SdkLoop:
     """One durable execution of the callback loop, and the marks its invocations leave."""
 
+    primitive: str  # CREATE or WAIT_FOR
+    feed_until: int  # the first feed_until callbacks are answered at once (the history)
     runner: Any = None
-    feed_until: int = 0  # the first feed_until callbacks are answered at once (the history)
     ids: list[str] = field(default_factory=list)
     marks: dict[str, float] = field(default_factory=dict)
     active: int = 0
     changed: threading.Condition = field(default_factory=threading.Condition)
 
-    def submitter(self, callback_id: str, _ctx: Any) -> None:
-        """Runs once per new wait (never on replay): the next wait has been reached."""
+    def reached(self, callback_id: str) -> bool:
+        """A new wait's id is out (never called on replay); answers it when it is part of the
+        history. True when it did."""
         now = time.perf_counter()
         with self.changed:
             self.ids.append(callback_id)
             self.marks.setdefault("reach", now)
             self.changed.notify_all()
-        if len(self.ids) <= self.feed_until:
-            self.runner.send_callback_success(callback_id, b"1")
+        if len(self.ids) > self.feed_until:
+            return False
+        self.runner.send_callback_success(callback_id, b"1")
+        return True
+
+    def submitter(self, callback_id: str, _ctx: Any) -> None:
+        """wait_for_callback's submitter: a step, so it runs once per new wait."""
+        self.reached(callback_id)
 
     def handler(self) -> Callable[[Any, Any], Any]:
         @durable_execution
         def loop(event: Any, context: DurableContext) -> int:
             for i in range(event["waits"]):
-                context.wait_for_callback(self.submitter, name=f"w{i}")
+                if self.primitive == WAIT_FOR:
+                    context.wait_for_callback(self.submitter, name=f"w{i}")
+                    continue
+                callback = context.create_callback(name=f"w{i}")
+                # A replayed create_callback hands out the id it recorded: only i past the ids
+                # seen is a new wait (an index test, so the replay pays no bookkeeping of ours).
+                if i >= len(self.ids) and self.reached(callback.callback_id):
+                    context.state.create_checkpoint_sync()  # history only: see the docstring
+                callback.result()
             return int(event["waits"])
 
         def invocation(event: Any, lambda_context: Any) -> Any:
@@ -123,15 +155,15 @@ class SdkLoop:
                 lambda: len(self.ids) >= waits and self.active == 0, timeout=WAIT_S
             )
         if not ok or len(self.ids) != waits:
-            raise RuntimeError(f"SDK loop: {len(self.ids)} callbacks, expected {waits}")
+            raise RuntimeError(f"SDK {self.primitive} loop: {len(self.ids)} callbacks, not {waits}")
 
 
 class SdkSession:
     """A local test runner holding one execution of the loop, parked after ``history`` waits."""
 
-    def __init__(self, history: int, name: str) -> None:
+    def __init__(self, history: int, name: str, primitive: str) -> None:
         self.history = history
-        self.loop = SdkLoop(feed_until=history)  # callbacks 1..N answered at once
+        self.loop = SdkLoop(primitive, feed_until=history)  # callbacks 1..N answered at once
         self.runner = DurableFunctionTestRunner(handler=self.loop.handler(), poll_interval=0.01)
         self.loop.runner = self.runner
         self.rounds = 0
@@ -174,7 +206,20 @@ async def wait_in_turn(args: NoArgs, api: Any) -> Any:
     return Sleep(checkpoint=n + 1, signals=[TICK.key(f"k{n}")])
 
 
-TOOLS = ToolRegistry([define_tool("wait_in_turn", "Wait for ticks", NoArgs, wait_in_turn)])
+async def wait_in_body(args: NoArgs, ctx: Any) -> Any:
+    """A workflow body that waits for k0, k1, k2, ... for ever: one operation per wait."""
+    n = 0
+    while True:
+        await ctx.wait_for(TICK, f"k{n}")
+        n += 1
+
+
+TOOLS = ToolRegistry(
+    [
+        define_tool("wait_in_turn", "Wait for ticks", NoArgs, wait_in_turn),
+        define_workflow_tool("wait_in_body", "Wait for ticks in a body", NoArgs, wait_in_body),
+    ]
+)
 
 
 def harness(store: SQLiteStore, session: str, ids: SequentialIds) -> Harness:
@@ -188,6 +233,7 @@ class BideSession:
     task: str
     next_key: int  # the key the live task is parked on
     ids: SequentialIds
+    record_bytes: int = 0  # the live task's record (JSON) after the last round
 
 
 async def timed_round(s: BideSession, clock: ManualClock) -> float:
@@ -203,22 +249,25 @@ async def timed_round(s: BideSession, clock: ManualClock) -> float:
     assert decision.result is SignalResult.DELIVERED, decision
     record = h.task(s.task)
     assert record is not None and record.state.status == "sleeping", record
+    s.record_bytes = len(record.to_json().encode())
     s.next_key += 1
     return elapsed
 
 
-async def build_loop(store: SQLiteStore, session: str, history: int, tool: bool) -> BideSession:
-    """One task (or tool call) that completed ``history`` waits and is parked on the next."""
+async def build_loop(store: SQLiteStore, session: str, history: int, shape: str) -> BideSession:
+    """One task, tool call or workflow body that completed ``history`` waits and is parked on
+    the next."""
     ids = SequentialIds()
     h = harness(store, session, ids)
     await h.open()
-    if tool:
-        task = await h.create_task(TOOLS.task, TOOLS.call("wait_in_turn", {}))
-    else:
+    if shape == "task":
         task = await h.create_task(Cycler, {"cycles": 10**9})
+    else:
+        tool = "wait_in_turn" if shape == "tool" else "wait_in_body"
+        task = await h.create_task(TOOLS.task, TOOLS.call(tool, {}))
     await h.run_until_parked()
     for i in range(history):
-        await h.signal(task, TICK, f"k{i}", i)
+        assert await h.signal(task, TICK, f"k{i}", i) is SignalResult.DELIVERED
         await h.run_until_parked()
     record = h.task(task)
     assert record is not None and record.state.status == "sleeping", record
@@ -236,29 +285,37 @@ async def build_tasks(store: SQLiteStore, session: str, history: int) -> BideSes
 async def build_bide(store: SQLiteStore, history: int, batch: int) -> dict[str, BideSession]:
     name = f"{history}-{batch}"
     return {
-        "bide task loop": await build_loop(store, f"loop-{name}", history, tool=False),
-        "bide tool loop": await build_loop(store, f"tool-{name}", history, tool=True),
-        "bide N tasks": await build_tasks(store, f"tasks-{name}", history),
+        "bide task loop": await build_loop(store, f"loop-{name}", history, "task"),
+        "bide tool loop": await build_loop(store, f"tool-{name}", history, "tool"),
+        "bide workflow body": await build_loop(store, f"flow-{name}", history, "workflow"),
+        FAVOURABLE: await build_tasks(store, f"tasks-{name}", history),
     }
 
 
 # --- measurement ------------------------------------------------------------------------------
 
-SDK_REACH, SDK_START, SDK_END = (
-    "sdk: reach next wait",
-    "sdk: to invocation start",
-    "sdk: to invocation end",
-)
-SDK_MARKS = {"reach": SDK_REACH, "start": SDK_START, "end": SDK_END}
-BIDE_SERIES = ("bide task loop", "bide tool loop", "bide N tasks")
+SDK_REACH = "sdk create_callback: reach"
+SDK_MARKS = {
+    "start": "sdk create_callback: start",
+    "reach": SDK_REACH,
+    "end": "sdk create_callback: end",
+}
+SDK_WAIT_FOR = "sdk wait_for_callback: reach"
+FAVOURABLE = "bide N tasks (favourable)"
+BIDE_SERIES = ("bide task loop", "bide tool loop", "bide workflow body", FAVOURABLE)
 
 
-def measure() -> dict[str, dict[int, list[float]]]:
-    """Seconds per round, by series and history length. Rounds of every series alternate, so
-    a change in the machine's load during the run shows in all of them alike."""
-    times: dict[str, dict[int, list[float]]] = {
-        label: {n: [] for n in HISTORY} for label in (*SDK_MARKS.values(), *BIDE_SERIES)
-    }
+@dataclass
+class Measured:
+    times: dict[str, dict[int, list[float]]]  # seconds per round, by series and history
+    record_bytes: dict[str, dict[int, int]]  # the live record after the last round
+
+
+def measure() -> Measured:
+    """Rounds of every series alternate, so a change in the machine's load during the run
+    shows in all of them alike."""
+    labels = (*SDK_MARKS.values(), SDK_WAIT_FOR, *BIDE_SERIES)
+    out = Measured({label: {n: [] for n in HISTORY} for label in labels}, {})
     loop = asyncio.new_event_loop()
     clock = ManualClock()
     try:
@@ -267,12 +324,14 @@ def measure() -> dict[str, dict[int, list[float]]]:
             per, done, batch = rounds_per_session(n), 0, 0
             while done < TRIALS:
                 bide = loop.run_until_complete(build_bide(store, n, batch))
-                sdk = SdkSession(n, f"loop-{n}-{batch}")
+                sdk = SdkSession(n, f"create-{n}-{batch}", CREATE)
+                heavier = SdkSession(n, f"waitfor-{n}-{batch}", WAIT_FOR)
                 try:
                     warm = 1 if batch == 0 else 0  # the first round of a length warms caches
                     count = min(per, TRIALS - done)
                     for i in range(warm + count):
                         marks = sdk.round()
+                        extra = heavier.round()
                         elapsed = {
                             label: loop.run_until_complete(timed_round(s, clock))
                             for label, s in bide.items()
@@ -280,61 +339,78 @@ def measure() -> dict[str, dict[int, list[float]]]:
                         if i < warm:
                             continue
                         for name, label in SDK_MARKS.items():
-                            times[label][n].append(marks[name])
+                            out.times[label][n].append(marks[name])
+                        out.times[SDK_WAIT_FOR][n].append(extra["reach"])
                         for label, seconds in elapsed.items():
-                            times[label][n].append(seconds)
+                            out.times[label][n].append(seconds)
                 finally:
                     sdk.close()
+                    heavier.close()
+                for label, s in bide.items():
+                    out.record_bytes.setdefault(label, {})[n] = s.record_bytes
                 done += count
                 batch += 1
             store.close()
     finally:
         loop.close()
-    return times
+    return out
 
 
 # --- report -----------------------------------------------------------------------------------
 
 
-def row(label: str, values: list[float], fmt: str) -> str:
-    return f"    {label:<26}" + "".join(f"{v:>12{fmt}}" for v in values)
+def report(measured: Measured) -> None:
+    ms = {
+        label: {n: median_ms(t) for n, t in by_n.items()} for label, by_n in measured.times.items()
+    }
+    first, sdk = HISTORY[0], ms[SDK_REACH]
+    print()
+    print(row("median ms", n_heads(HISTORY), label_width=30))
+    for label in (*SDK_MARKS.values(), SDK_WAIT_FOR, *BIDE_SERIES):
+        print(row(label, [ms[label][n] for n in HISTORY], ".3f", label_width=30))
+    print()
+    print(f"    resume@N / resume@{first}: each series against itself")
+    for label in (SDK_REACH, SDK_WAIT_FOR, *BIDE_SERIES):
+        values = [ms[label][n] / ms[label][first] for n in HISTORY]
+        print(row(label, values, ".2f", label_width=30))
+    print()
+    print("    SDK (create_callback, reach) / Bide at each N: how many times faster Bide is")
+    for label in BIDE_SERIES:
+        print(row(label, [sdk[n] / ms[label][n] for n in HISTORY], ".1f", label_width=30))
+    print(row("(sdk wait_for_callback / sdk)", [ms[SDK_WAIT_FOR][n] / sdk[n] for n in HISTORY],
+              ".2f", label_width=30))  # fmt: skip
+    print()
+    print("    the live task's record (bytes of JSON) after its last round")
+    for label in BIDE_SERIES:
+        sizes = [f"{measured.record_bytes[label][n]:,}" for n in HISTORY]
+        print(row(label, sizes, label_width=30))
+    print()
+    print(f"    goal (issue 12) at N={GOAL_N:,}: SDK create_callback / Bide")
+    print(row("", ["SDK/Bide", "goal", "verdict"], label_width=30))
+    for label, goal in GOALS.items():
+        ratio = sdk[GOAL_N] / ms[label][GOAL_N]
+        verdict = "MET" if ratio >= goal else "NOT MET"
+        print(row(label, [f"{ratio:.1f}", f">= {goal:.0f}", verdict], label_width=30))
 
 
 def main() -> None:
-    began = time.perf_counter()
     print("Resume cost vs history length: deliver one callback (signal) after N earlier waits")
     print("in one session and reach the next wait. AWS Durable Execution SDK for Python, run by")
     print("its local test runner (in-process backend emulation, in-memory store), vs Bide on")
     print(f"SQLite in memory; rounds of all series alternate. Median of {TRIALS} rounds per cell.")
-    load = os.getloadavg()[0]
-    times = measure()
-    medians = {
-        label: {n: statistics.median(t) * 1000 for n, t in by_n.items()}
-        for label, by_n in times.items()
-    }
-    first = HISTORY[0]
-    print()
-    print(row("median ms", [], "") + "".join(f"{f'N={n:,}':>12}" for n in HISTORY))
-    for label in (SDK_START, SDK_REACH, SDK_END, *BIDE_SERIES):
-        print(row(label, [medians[label][n] for n in HISTORY], ".3f"))
-    print()
-    print(f"    resume@N / resume@{first}: each system against itself")
-    for label in (SDK_REACH, *BIDE_SERIES):
-        print(row(label, [medians[label][n] / medians[label][first] for n in HISTORY], ".2f"))
-    print()
-    print("    Bide / SDK at each N (against 'sdk: reach next wait'; below 1 = Bide faster)")
-    for label in BIDE_SERIES:
-        print(row(label, [medians[label][n] / medians[SDK_REACH][n] for n in HISTORY], ".3f"))
+    load = load_line()
+    report(measure())
     print()
     print("    The SDK replays its handler from the start on each resume: every earlier")
     print("    operation is answered again from the checkpoint log. Bide loads the live tasks")
     print("    and runs the woken one; a key a task or tool consumed leaves its record for a")
-    print("    document of its own (read by key when needed); ended tasks are not loaded.")
-    print("    'to invocation end' also holds the SDK stopping its checkpoint thread as the")
-    print("    invocation ends (it polls for the stop signal every 100 ms in this version).")
-    print(f"\n    load average at start: {load:.2f} on {os.cpu_count()} cores")
-    print(f"\ntotal {time.perf_counter() - began:.1f} s")
+    print("    document of its own (read by key when needed); ended tasks are not loaded. A")
+    print("    workflow body is replayed from the memos on its task's record, like the SDK.")
+    print("    'end' also holds the SDK stopping its checkpoint thread as the invocation ends")
+    print("    (it polls for the stop signal every 100 ms in this version).")
+    print(f"\n    {load}")
 
 
 if __name__ == "__main__":
-    main()
+    with timed_run():
+        main()

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from _common import timed_run
+
 from bide import (
     Completed,
     Harness,
@@ -175,7 +177,6 @@ def with_store(kind: str, run: Callable[[Store], Any]) -> Any:
 
 
 def main() -> None:
-    began = time.perf_counter()
     print("(a) park/wake cycles: signal -> wake -> sleep on the next key (3 commits each)")
     print("    Every used key stays on the live task (consumed), so its record grows by one")
     print("    slot per cycle: the first and last tenth of the cycles show what that costs.")
@@ -206,8 +207,8 @@ def main() -> None:
     print()
     for kind, ratio in ratios:
         print(f"    resume@{HISTORY_SIZES[-1]} / resume@{HISTORY_SIZES[0]} ({kind}): {ratio:.2f}")
-    print(f"\ntotal {time.perf_counter() - began:.1f} s")
 
 
 if __name__ == "__main__":
-    main()
+    with timed_run():
+        main()

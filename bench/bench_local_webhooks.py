@@ -35,12 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _common import timed_run
 from pydantic import BaseModel
 
 from bide import Harness, SignalValue, SQLiteStore, define_signal
 from bide.app import App
+from bide.local.webhook_keys import local_keys
 from bide.service.webhooks import mint_webhook
 from bide.tools import Sleep, ToolRegistry, ToolResult, define_tool
+from bide.tools.webhook_keys import WEBHOOK_KEYS_SERVICE
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
@@ -86,13 +89,16 @@ app = App(signals=[DONE], tools=TOOLS)
 
 
 async def park_calls(db: str, count: int) -> list[tuple[str, str]]:
-    """``count`` sessions with one parked call each; (session id, task id) pairs."""
+    """``count`` sessions with one parked call each; (session id, task id) pairs. Their
+    webhooks are minted under the key the local stack on ``db`` verifies them with (its key
+    file, made here if it does not exist yet), not this process's own."""
     store = SQLiteStore(db)
+    services = {"webhook_base_url": "x", WEBHOOK_KEYS_SERVICE: local_keys(db)}
     calls = []
     try:
         for i in range(count):
             session = f"hooks-{i}"
-            h = Harness(store, session, app.task_kinds(), services={"webhook_base_url": "x"})
+            h = Harness(store, session, app.task_kinds(), services=services)
             await h.open()
             task = await h.create_task(TOOLS.task, TOOLS.call("await_hook", {}))
             await h.run_until_parked()
@@ -289,7 +295,6 @@ def run_phases(
 
 
 def main() -> None:
-    began = time.perf_counter()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")}
     env.update(
         {
@@ -341,8 +346,8 @@ def main() -> None:
         f"    the in-process worker ended {done} of {total} resumed calls; after a chunk it "
         f"needed at most {longest:.2f} s more"
     )
-    print(f"\ntotal {time.perf_counter() - began:.1f} s")
 
 
 if __name__ == "__main__":
-    main()
+    with timed_run():
+        main()

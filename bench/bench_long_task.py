@@ -43,104 +43,41 @@ Nothing here asserts on timings; it prints ratios measured in this one run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import os
 import statistics
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
+from _common import (
+    Counting,
+    boto3_client,
+    fake_aws,
+    fake_env,
+    load_line,
+    n_heads,
+    row,
+    timed_run,
+)
 from bench_engine import TICK, Cycler
-from botocore.config import Config
 
 from bide import Harness, ManualClock, SequentialIds, SignalResult, SQLiteStore, deliver_signal
 from bide.engine import slots
-from bide.engine.records import SignalSlot, TaskRecord
+from bide.engine.records import SignalSlot
 from bide.engine.state import Sleeping
-from bide.engine.store import Doc, SessionSnapshot, Store, StoreWrapper
+from bide.engine.store import Doc, Store
 
 HISTORY = (10, 1_000, 10_000)
 TRIALS = 21  # timed rounds per history length and store
 WARMUP = 3  # rounds of each length run first and not kept (DynamoDB Local's JVM warms up)
 CHECK_N = 60  # the history built both ways to show the direct build is a real loop's state
-REGION = "us-east-1"
-FAKE_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_REGION": REGION,
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-}
 MOTO_HISTORY = (10, 1_000)  # moto slows with every item in a table: 10,000 takes too long
 LOCAL_ENDPOINT_VAR = "BIDE_DYNAMODB_LOCAL_ENDPOINT"
 BUCKET = "bide-bench-offload"
 CHUNK = 90  # documents per commit when writing a history directly (a commit holds 99 items)
-
-
-class Counting(StoreWrapper):
-    """Counts the JSON bytes of the records and documents read from and written to ``inner``."""
-
-    def __init__(self, inner: Store) -> None:
-        super().__init__(inner)
-        self.read = 0
-        self.written = 0
-
-    def load(self, session_id: str) -> SessionSnapshot:
-        snapshot = self.inner.load(session_id)
-        self.read += sum(len(r.to_json().encode()) for r in snapshot.tasks.values())
-        return snapshot
-
-    def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
-        record = self.inner.get_task(session_id, task_id)
-        self.read += 0 if record is None else len(record.to_json().encode())
-        return record
-
-    def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
-        seq, record = self.inner.task_at_head(session_id, task_id)
-        self.read += 0 if record is None else len(record.to_json().encode())
-        return seq, record
-
-    def get_doc(self, session_id: str, key: str) -> Doc | None:
-        doc = self.inner.get_doc(session_id, key)
-        self.read += 0 if doc is None else _doc_bytes(doc)
-        return doc
-
-    def list_docs(
-        self,
-        session_id: str,
-        prefix: str,
-        *,
-        start_after: str | None = None,
-        limit: int | None = None,
-    ) -> list[Doc]:
-        docs = self.inner.list_docs(session_id, prefix, start_after=start_after, limit=limit)
-        self.read += sum(_doc_bytes(d) for d in docs)
-        return docs
-
-    def commit(
-        self,
-        session_id: str,
-        expected_seq: int,
-        writes: Sequence[TaskRecord],
-        docs: Sequence[Doc] = (),
-        *,
-        absent: Sequence[str] = (),
-    ) -> int:
-        self.written += sum(len(r.to_json().encode()) for r in writes)
-        self.written += sum(_doc_bytes(d) for d in docs)
-        return self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
-
-
-def _doc_bytes(doc: Doc) -> int:
-    return len(doc.key.encode()) + len(json.dumps(doc.body, separators=(",", ":")).encode())
 
 
 # --- building a history -------------------------------------------------------------------------
@@ -236,7 +173,7 @@ async def timed_round(
     store: Counting, puts: S3Puts | None, session: str, task: str, n: int
 ) -> Round:
     """One resume: deliver the value of ``k<n>``, then a worker run on a new Harness."""
-    store.read = store.written = 0
+    store.reset()
     before = puts.count if puts else 0
     began = time.perf_counter()
     decision = deliver_signal(store, session, task, TICK, f"k{n}", n, ManualClock())
@@ -299,27 +236,6 @@ async def measure(
     return out
 
 
-@contextlib.contextmanager
-def fake_aws() -> Iterator[None]:
-    """Fake credentials, no endpoint override, and moto's ``mock_aws``."""
-    from moto import mock_aws
-
-    saved = dict(os.environ)
-    try:
-        for name in list(os.environ):
-            if name.startswith("AWS_ENDPOINT_URL") or name in (
-                "AWS_PROFILE",
-                "AWS_DEFAULT_PROFILE",
-            ):
-                del os.environ[name]
-        os.environ.update(FAKE_ENV)
-        with mock_aws():
-            yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def dynamodb_stores(ddb: Any, s3: Any) -> tuple[Callable[[], Store], S3Puts]:
     """A factory of DynamoDB stores (a new table each, so sessions never collide) sharing one
     offload bucket, and the counter of that bucket's PutObject calls."""
@@ -354,28 +270,20 @@ def measure_dynamodb_local(endpoint: str) -> tuple[dict[int, list[Round]], int]:
     host = urllib.parse.urlsplit(endpoint).hostname or ""
     if host not in ("127.0.0.1", "localhost"):
         raise SystemExit(f"{LOCAL_ENDPOINT_VAR}={endpoint}: only a local endpoint is used here")
-    saved = dict(os.environ)
-    os.environ.update(FAKE_ENV)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the S3 server's request log
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        s3_host, s3_port = server.get_host_and_port()
-        ddb = boto3_client("dynamodb", endpoint)
-        s3 = boto3_client("s3", f"http://{s3_host}:{s3_port}")
-        new_store, puts = dynamodb_stores(ddb, s3)
-        rounds = asyncio.run(measure(new_store, puts))
-        objects = s3.list_objects_v2(Bucket=BUCKET).get("KeyCount", 0)
-    finally:
-        server.stop()
-        os.environ.clear()
-        os.environ.update(saved)
+    with fake_env():
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        try:
+            s3_host, s3_port = server.get_host_and_port()
+            ddb = boto3_client("dynamodb", endpoint)
+            s3 = boto3_client("s3", f"http://{s3_host}:{s3_port}")
+            new_store, puts = dynamodb_stores(ddb, s3)
+            rounds = asyncio.run(measure(new_store, puts))
+            objects = s3.list_objects_v2(Bucket=BUCKET).get("KeyCount", 0)
+        finally:
+            server.stop()
     return rounds, objects
-
-
-def boto3_client(service: str, endpoint: str | None = None) -> Any:
-    config = Config(retries={"mode": "standard", "total_max_attempts": 1})
-    return boto3.client(service, region_name=REGION, endpoint_url=endpoint, config=config)
 
 
 # --- report -------------------------------------------------------------------------------------
@@ -389,7 +297,7 @@ def report(label: str, rounds: dict[int, list[Round]]) -> None:
         return statistics.median(getattr(r, part) for r in rounds[n])
 
     print(f"\n  {label}")
-    print(f"    {'':<22}" + "".join(f"{f'N={n:,}':>12}" for n in history))
+    print(row("", n_heads(history), label_width=22))
     rows = [
         ("ms per round", "seconds", 1000.0, ".3f"),
         ("read B per round", "read", 1.0, ".0f"),
@@ -398,22 +306,21 @@ def report(label: str, rounds: dict[int, list[Round]]) -> None:
         ("record B", "record", 1.0, ".0f"),
     ]
     for name, part, scale, fmt in rows:
-        print(f"    {name:<22}" + "".join(f"{med(n, part) * scale:>12{fmt}}" for n in history))
+        print(row(name, [med(n, part) * scale for n in history], fmt, label_width=22))
     print(f"    against N={first}:")
     for name, part, _scale, _fmt in rows:
         base = med(first, part)
         if base == 0:
             continue
-        print(f"    {name:<22}" + "".join(f"{med(n, part) / base:>12.2f}" for n in history))
+        print(row(name, [med(n, part) / base for n in history], ".2f", label_width=22))
 
 
 def main() -> None:
-    began = time.perf_counter()
     print("One task waiting again and again (the AWS Durable Execution SDK's loop): one resume")
     print("(deliver_signal + a worker run) after N earlier waits. Median of")
     print(f"{TRIALS} rounds per cell; bytes are JSON of records and documents through the Store.")
     print(f"Written histories checked equal to a looped one at N={CHECK_N} (record, documents).")
-    load = os.getloadavg()[0]
+    load = load_line()
     sqlite = asyncio.run(measure(SQLiteStore, None))
     report("SQLite (in memory)", sqlite)
     endpoint = os.environ.get(LOCAL_ENDPOINT_VAR, "").strip()
@@ -428,9 +335,9 @@ def main() -> None:
     print(f"    objects in the offload bucket after every build and round: {objects}")
     print("    moto's Query takes longer the more items a partition holds, whatever it returns:")
     print("    read its bytes and S3 rows; the times that matter are the ones above.")
-    print(f"\n  load average at start: {load:.2f} on {os.cpu_count()} cores")
-    print(f"  total {time.perf_counter() - began:.1f} s")
+    print(f"\n  {load}")
 
 
 if __name__ == "__main__":
-    main()
+    with timed_run():
+        main()

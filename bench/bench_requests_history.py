@@ -27,11 +27,11 @@ Run from the repository root:  PYTHONPATH=shared python bench/bench_requests_his
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from typing import Any
 
-from bench_aws_requests import APP, REPLY, Looper, Napper, Stack, Tally, build_stack, fake_aws
+from _common import fake_aws, timed_run
+from bench_aws_requests import APP, REPLY, Looper, Napper, Stack, Tally, build_stack
 
 from bide import Harness, RandomIds, SQLiteStore, TaskRecord
 from bide.service import signals as signal_service
@@ -148,13 +148,12 @@ def print_table(result: dict[tuple[str, int], Tally]) -> None:
 
 
 def main() -> None:
-    began = time.perf_counter()
     print("Requests made by Bide per round after N waits of history, on moto, against the")
     print("goal of issue 12 and the figure recorded before it (docs/performance.md).")
     print()
     print_table(measure_history())
-    print(f"\ntotal {time.perf_counter() - began:.1f} s")
 
 
 if __name__ == "__main__":
-    main()
+    with timed_run():
+        main()

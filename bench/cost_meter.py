@@ -113,14 +113,26 @@ class Meter:
                 r.wru += factor * cm.write_units(size)
                 r.wru_index += _index_writes(old, new)
         elif name == "GetItem":
-            units = cm.read_units(item_bytes(parsed.get("Item") or {}))
+            units = cm.read_units(self._read_size(params, parsed.get("Item")))
             r.rru += units if params.get("ConsistentRead") else units / 2
         elif name == "Query":
             units = cm.read_units(sum(item_bytes(i) for i in parsed.get("Items", [])))
             r.rru += units if params.get("ConsistentRead") else units / 2
         elif name == "TransactGetItems":
-            for response in parsed.get("Responses", []):
-                r.rru += 2 * cm.read_units(item_bytes(response.get("Item") or {}))
+            gets = [action["Get"] for action in params["TransactItems"]]
+            for get, response in zip(gets, parsed.get("Responses", []), strict=True):
+                r.rru += 2 * cm.read_units(self._read_size(get, response.get("Item")))
+
+    def _read_size(self, request: dict[str, Any], returned: dict[str, Any] | None) -> int:
+        """The size a read is billed by: the whole item's, even when a projection returned
+        only some attributes ("Projection expression has no effect on provisioned throughput
+        consumption. DynamoDB determines capacity units consumed based on item size":
+        https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.ProjectionExpressions.html)."""
+        if not returned:
+            return 0
+        if "ProjectionExpression" not in request:
+            return item_bytes(returned)
+        return item_bytes(self._item({"Get": request}))
 
     def _item(self, action: dict[str, Any]) -> dict[str, Any]:
         """The item an action targets, as stored now (empty when absent or a check)."""

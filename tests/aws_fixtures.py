@@ -1,6 +1,7 @@
 """Shared pieces of the AWS store tests: fake credentials, a moto bench, a DynamoDB Local bench
-(with S3 from a moto server on 127.0.0.1), client wrappers that serialize or inject faults, and
-and the record builders the DynamoDB-specific checks (``dynamodb_checks.py``) use.
+(with S3 from a moto server on 127.0.0.1), client wrappers that serialize or inject faults,
+and the record builders the DynamoDB-specific checks (``dynamodb_checks.py`` and
+``dynamodb_doc_checks.py``) use.
 
 Nothing here can reach a real AWS endpoint: clients carry fake credentials and either run
 inside moto's ``mock_aws`` (with every endpoint override removed, since an override makes moto

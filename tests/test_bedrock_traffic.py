@@ -15,10 +15,10 @@ from typing import Any
 
 import boto3
 import pytest
+from bedrock_kit import MODEL, WEATHER, ask, converse_response, tools_config
 from botocore.exceptions import ParamValidationError, ReadTimeoutError
 from botocore.stub import Stubber
 from kit import Kit, run
-from test_provider_bedrock import MODEL, WEATHER, ask, converse_response, tools_config
 
 from bide import Completed, Terminal, define_task
 from bide.agent import STOP_AT_SERVICE, Agent, Conversations

@@ -5,6 +5,8 @@ Rules checked (AWS documentation): a write request unit per 1 KB of the larger o
 before and after, two inside a transaction, and a local secondary index write per KB of its
 entry, two when the index key changes
 (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/LSI.html#LSI.ThroughputConsiderations.Writes);
+a read is billed by the whole item's size, whatever a projection returns
+(https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.ProjectionExpressions.html);
 SQS bills a request per 64 KB chunk; Lambda bills per 1 ms and gives a function one vCPU at
 1,769 MB (https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html).
 """
@@ -136,3 +138,23 @@ def test_removing_the_index_key_removes_the_entry(table: Any) -> None:
         ),
     )
     assert r.wru == 1 and r.wru_index == 1
+
+
+def test_a_projected_read_is_billed_by_the_whole_item(table: Any) -> None:
+    table.put_item(TableName="t", Item=_item("HEAD", 9000, None))  # 9 KB: 3 units of 4 KB
+    key = {"pk": {"S": "s"}, "sk": {"S": "HEAD"}}
+    projected = {"ProjectionExpression": "pk", "ConsistentRead": True}
+    plain = _metered(table, lambda c: c.get_item(TableName="t", Key=key, ConsistentRead=True))
+    one = _metered(table, lambda c: c.get_item(TableName="t", Key=key, **projected))
+    both = _metered(
+        table,
+        lambda c: c.transact_get_items(
+            TransactItems=[
+                {"Get": {"TableName": "t", "Key": key, "ProjectionExpression": "pk"}},
+                {"Get": {"TableName": "t", "Key": {"pk": {"S": "s"}, "sk": {"S": "none"}}}},
+            ]
+        ),
+    )
+    assert plain.rru == 3 and one.rru == 3
+    # Transactional: twice; reading an item that is not there still costs the minimum unit.
+    assert both.rru == 2 * 3 + 2 * 1

@@ -10,11 +10,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-import pytest
-
-pytest.register_assert_rewrite("aws_fixtures", "handler_fixtures")
-from aws_fixtures import unique  # noqa: E402
-from handler_fixtures import (  # noqa: E402
+from aws_fixtures import unique
+from handler_fixtures import (
     REPLY,
     Bench,
     aws_fixture,
@@ -25,9 +22,9 @@ from handler_fixtures import (  # noqa: E402
     signal_event,
 )
 
-from bide.aws.scheduler import at_expression  # noqa: E402
-from bide.service.http import handle_signal  # noqa: E402
-from bide.service.webhooks import sign  # noqa: E402
+from bide.aws.scheduler import at_expression
+from bide.service.http import handle_signal
+from bide.service.webhooks import sign
 
 __all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to find
 

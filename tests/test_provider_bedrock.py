@@ -1,31 +1,28 @@
-"""The Bedrock Converse adapter against botocore's Stubber on a real ``bedrock-runtime`` client.
-
-The Stubber answers in ``before-call``, after botocore has validated and serialized the request
-against the real Converse model, so a request shape Converse would refuse fails here too. No
-request can leave the machine: a ``before-send`` guard fails any call that gets past the Stubber,
-and every test ends with the Stubber's queue empty.
-
-Long because: the request mapping, the response mapping and the error table all share the
-Stubber fixtures and the Converse shapes built at the top; they are one adapter's contract.
+"""The Bedrock Converse adapter's mapping, against botocore's Stubber on a real
+``bedrock-runtime`` client (:mod:`bedrock_kit`): answers (text, tool calls, stop reasons) and
+requests (history turns, tool config, system prompt, inference config). Errors are in
+``test_provider_bedrock_errors.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
-import boto3
 import pytest
-from botocore.exceptions import (
-    ConnectTimeoutError,
-    EndpointConnectionError,
-    NoCredentialsError,
-    ReadTimeoutError,
-    StubAssertionError,
+from bedrock_kit import (
+    MODEL,
+    TIME,
+    WEATHER,
+    Stubbed,
+    WeatherArgs,
+    ask,
+    complete,
+    converse_response,
+    stubbed,
+    tool_result,
+    tool_use,
+    tools_config,
 )
-from botocore.stub import Stubber
-from pydantic import BaseModel, Field
 
 from bide.agent.providers import (
     AssistantMessage,
@@ -34,113 +31,12 @@ from bide.agent.providers import (
     ModelResponse,
     ToolCallRequest,
     ToolResultMessage,
-    ToolSpec,
     Usage,
     UserMessage,
 )
-from bide.aws.bedrock import BLANK_TEXT, BedrockConverseProvider
+from bide.aws.bedrock import BLANK_TEXT
 
-MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
-
-
-class Stubbed:
-    """A real client, its Stubber and the requests that tried to get past it."""
-
-    def __init__(self) -> None:
-        self.client = boto3.client("bedrock-runtime", region_name="us-east-1")
-        self.stubber = Stubber(self.client)
-        self.escaped: list[Any] = []
-        self.client.meta.events.register("before-send", self._refuse)
-
-    def _refuse(self, request: Any, **_: Any) -> None:
-        self.escaped.append(request)
-        raise AssertionError(f"a request got past the Stubber: {request.url}")
-
-    def provider(self, **kwargs: Any) -> BedrockConverseProvider:
-        return BedrockConverseProvider(MODEL, client=self.client, **kwargs)
-
-
-@pytest.fixture
-def stubbed() -> Iterator[Stubbed]:
-    stubbed = Stubbed()
-    with stubbed.stubber:
-        yield stubbed
-        stubbed.stubber.assert_no_pending_responses()
-    assert stubbed.escaped == []
-
-
-def complete(provider: BedrockConverseProvider, request: ModelRequest) -> ModelResponse:
-    return asyncio.run(provider.complete(request))
-
-
-def converse_response(
-    content: list[dict[str, Any]],
-    stop_reason: str = "end_turn",
-    input_tokens: int = 25,
-    output_tokens: int = 12,
-) -> dict[str, Any]:
-    """A Converse response as Bedrock sends it."""
-    return {
-        "output": {"message": {"role": "assistant", "content": content}},
-        "stopReason": stop_reason,
-        "usage": {
-            "inputTokens": input_tokens,
-            "outputTokens": output_tokens,
-            "totalTokens": input_tokens + output_tokens,
-        },
-        "metrics": {"latencyMs": 843},
-    }
-
-
-def ask(text: str, **kwargs: Any) -> ModelRequest:
-    return ModelRequest(messages=(UserMessage(text=text),), **kwargs)
-
-
-class WeatherArgs(BaseModel):
-    """Arguments of the weather tool."""
-
-    city: str = Field(description="City name, e.g. Oslo")
-    unit: Literal["celsius", "fahrenheit"] = "celsius"
-
-
-WEATHER = ToolSpec(
-    name="get_weather",
-    description="Current weather for a city.",
-    parameters=WeatherArgs.model_json_schema(),
-)
-TIME = ToolSpec(
-    name="get_time",
-    description="Current local time in a city.",
-    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
-)
-
-
-def tools_config(*tools: ToolSpec) -> dict[str, Any]:
-    return {
-        "tools": [
-            {
-                "toolSpec": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "inputSchema": {"json": tool.parameters},
-                }
-            }
-            for tool in tools
-        ]
-    }
-
-
-def tool_use(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """A toolUse content block as Converse carries it (in answers and in the history)."""
-    return {"toolUse": {"toolUseId": call_id, "name": name, "input": arguments}}
-
-
-def tool_result(call_id: str, text: str, status: str = "success") -> dict[str, Any]:
-    """A toolResult content block as the adapter sends it."""
-    return {"toolResult": {"toolUseId": call_id, "content": [{"text": text}], "status": status}}
-
-
-# -- answers -------------------------------------------------------------------------------
+__all__ = ["stubbed"]  # a fixture, imported for pytest to find
 
 
 def test_plain_text_answer(stubbed: Stubbed) -> None:
@@ -474,116 +370,3 @@ def test_other_content_blocks_are_dropped(stubbed: Stubbed) -> None:
     )
 
     assert complete(stubbed.provider(), ask("Hi")).text == "Part one.\nPart two."
-
-
-# -- errors --------------------------------------------------------------------------------
-
-
-THROTTLED = "Too many requests"
-BAD_MODEL = "The provided model identifier is invalid."
-SERVICE_ERRORS = [  # code, HTTP status, retryable, message
-    ("ThrottlingException", 429, True, THROTTLED),
-    ("ServiceUnavailableException", 503, True, THROTTLED),
-    ("ModelNotReadyException", 429, True, THROTTLED),
-    ("InternalServerException", 500, True, THROTTLED),
-    ("ModelTimeoutException", 408, True, THROTTLED),
-    ("SomeFutureOverload", 502, True, THROTTLED),  # undocumented: decided by the HTTP status
-    ("ValidationException", 400, False, BAD_MODEL),
-    ("AccessDeniedException", 403, False, BAD_MODEL),
-    ("ResourceNotFoundException", 404, False, BAD_MODEL),
-    ("ModelErrorException", 424, False, BAD_MODEL),
-    ("SomeFutureMistake", 400, False, BAD_MODEL),  # undocumented: decided by the HTTP status
-]
-
-
-@pytest.mark.parametrize(
-    ("code", "status", "retryable", "message"),
-    SERVICE_ERRORS,
-    ids=[f"{code}-{status}" for code, status, _, _ in SERVICE_ERRORS],
-)
-def test_service_errors(
-    stubbed: Stubbed, code: str, status: int, retryable: bool, message: str
-) -> None:
-    stubbed.stubber.add_client_error(
-        "converse",
-        service_error_code=code,
-        service_message=message,
-        http_status_code=status,
-    )
-
-    with pytest.raises(ModelError) as caught:
-        complete(stubbed.provider(), ask("Hi"))
-
-    assert (caught.value.retryable, caught.value.code) == (retryable, code)
-    assert message in str(caught.value)
-
-
-def test_model_error_reports_the_model_status(stubbed: Stubbed) -> None:
-    stubbed.stubber.add_client_error(
-        "converse",
-        service_error_code="ModelErrorException",
-        service_message="The model failed.",
-        http_status_code=424,
-        modeled_fields={"originalStatusCode": 500, "resourceName": MODEL},
-    )
-
-    with pytest.raises(ModelError) as caught:
-        complete(stubbed.provider(), ask("Hi"))
-
-    assert not caught.value.retryable
-    assert "model status 500" in str(caught.value)
-
-
-class RaisingClient:
-    """Stands in for a client whose connection fails, which a Stubber cannot simulate."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-        self.calls = 0
-
-    def converse(self, **_: Any) -> dict[str, Any]:
-        self.calls += 1
-        raise self.error
-
-
-@pytest.mark.parametrize(
-    ("error", "retryable"),
-    [
-        (EndpointConnectionError(endpoint_url="https://bedrock-runtime.example"), True),
-        (ReadTimeoutError(endpoint_url="https://bedrock-runtime.example"), True),
-        (ConnectTimeoutError(endpoint_url="https://bedrock-runtime.example"), True),
-        (NoCredentialsError(), False),
-    ],
-)
-def test_connection_errors(error: Exception, retryable: bool) -> None:
-    client = RaisingClient(error)
-    provider = BedrockConverseProvider(MODEL, client=client)
-
-    with pytest.raises(ModelError) as caught:
-        complete(provider, ask("Hi"))
-
-    assert (caught.value.retryable, caught.value.code) == (retryable, type(error).__name__)
-    assert client.calls == 1
-
-
-def test_stubber_assertions_are_not_turned_into_model_errors() -> None:
-    stubbed = Stubbed()
-    with stubbed.stubber:
-        stubbed.stubber.add_response(
-            "converse",
-            converse_response([{"text": "never"}]),
-            {"modelId": MODEL, "messages": [{"role": "user", "content": [{"text": "Other"}]}]},
-        )
-        with pytest.raises(StubAssertionError):
-            complete(stubbed.provider(), ask("Hi"))
-    assert stubbed.escaped == []
-
-
-def test_adapter_makes_its_own_client_for_the_region() -> None:
-    provider = BedrockConverseProvider(MODEL, region="eu-west-1")
-    client = provider.client_for(provider.timing.ceiling)
-
-    assert client.meta.service_model.service_name == "bedrock-runtime"
-    assert client.meta.region_name == "eu-west-1"
-    assert client.meta.config.read_timeout == 3600.0
-    assert provider.client_for(3600.0) is client  # made once per read timeout

@@ -18,6 +18,7 @@ from aws_fixtures import (
     unique,
 )
 from dynamodb_checks import DynamoDBAdapterChecks, record
+from dynamodb_doc_checks import DynamoDBDocumentChecks
 from store_contract import StoreContract
 
 from bide.aws.dynamodb import PARTITION_KEY, SORT_KEY, DynamoDBStore
@@ -44,7 +45,8 @@ class TestDynamoDBContract(StoreContract):
         return bench.store(bench.other_ddb, real_sleep=True)
 
 
-class TestDynamoDBAdapter(DynamoDBAdapterChecks):
+class TestDynamoDBAdapter(DynamoDBAdapterChecks, DynamoDBDocumentChecks):
+    # One class of both (task records and documents) keeps the test ids of either.
     pass
 
 

@@ -12,52 +12,55 @@ submission left ``unanswered``; a ``bide smoke`` step failed); 2 bad usage; 3 th
 could not be reached or the request could not be made; 4 ``bide watch`` reached its
 ``--timeout`` before the session went idle.
 
-Long because: it is the one table of every command's arguments and handler; commands with
-more than a request or two keep their work in ``bide.local`` (redrive, listing, smoke).
+This module is the entry point: the options every command takes, the commands that run the
+local stack or write a project, and the mapping of failures to exit codes. The commands' work
+lives in ``bide.local``: the session commands (create, submit, show, signal, answer, approve,
+hooks, watch, stop, cancel) in :mod:`bide.local.session_cli`, the host commands in
+:mod:`bide.local.host_cli`, and listing, redrive and smoke in their own modules.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import secrets
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from .engine.clock import SystemClock
 from .engine.errors import BideError
-from .local import client as api
-from .local import host_cli, listing
-from .local.client import DEFAULT_URL, ApiClient, ApiResponse, ClientError, path_of
+from .local import host_cli, listing, session_cli
+from .local.cli_base import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    HTTP_TIMEOUT_SECONDS,
+    CommandFailed,
+)
+from .local.client import DEFAULT_URL, ApiClient, ClientError, PageRefused
 from .local.redrive import RedriveError, add_redrive_parser, run_redrive
-from .local.render import hook_line, not_taken, render_session
 from .local.serve import local_logging, serve_until_signalled
+from .local.session_cli import read_value
 from .local.smoke import add_smoke_parser, run_smoke
 from .local.stack import LocalStackError
-from .local.watch import WatchRefused, follow
 from .scaffold import ProjectError, create_project
 
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
-EXIT_TIMEOUT = 4
-
-HTTP_TIMEOUT_SECONDS = 30.0
+__all__ = [
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_TIMEOUT",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "CommandFailed",
+    "build_parser",
+    "main",
+    "read_value",
+]
 
 DEFAULT_APP = "examples.agent_app:app"
-
-
-class CommandFailed(Exception):
-    """Ends a command with a message on stderr and an exit code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
@@ -143,55 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--package", help="the project's Python package (default: from DIR's name, my_agent)"
     )
 
-    create = command("create", "create a session (prints its id)")
-    create.add_argument("--session-id", help="the id to use (idempotent); default: a new one")
-
-    submit = command("submit", "submit user input to a session")
-    submit.add_argument("session")
-    submit.add_argument("text")
-    submit.add_argument("--request-id", help="idempotency key (default: a new one)")
-    submit.add_argument(
-        "--when-busy", choices=["follow_up", "steer", "reject"], default="follow_up"
-    )
-
-    show = command("show", "show a session: task tree, waits, tool slots, asks, transcript")
-    show.add_argument("session")
-    show.add_argument("--tail", type=int, default=6, help="transcript entries to show")
-
-    sig = command("signal", "deliver a signal value to a task (IAM-authorised route)")
-    sig.add_argument("session")
-    sig.add_argument("task")
-    sig.add_argument("signal", help="the signal's name, e.g. app.ci-result")
-    sig.add_argument("key", help="the key, e.g. done")
-    sig.add_argument("value", help="the value as JSON; @file reads a file, - reads stdin")
-
-    answer = command("answer", "answer a pending ask")
-    answer.add_argument("session")
-    answer.add_argument("ask", help="the ask's id (see bide show)")
-    answer.add_argument("text", nargs="?", default=None, help="a free-form answer")
-    answer.add_argument("--option", help="the id of the chosen option")
-
-    approve = command("approve", "decide a pending approval (approve, or --deny)")
-    approve.add_argument("session")
-    approve.add_argument("approval", help="the approval's id (see bide show)")
-    approve.add_argument("--deny", action="store_true", help="deny instead of approving")
-    approve.add_argument("--note", help="why (the call's result carries it on a denial)")
-    approve.add_argument("--by", default=os.environ.get("USER"), help="who decides ($USER)")
-
-    hooks = command("hooks", "list the webhook URLs the session's live tasks listen on")
-    hooks.add_argument("session")
-    hooks.add_argument("-q", "--quiet", action="store_true", help="print the URLs only")
-
-    watch = command("watch", "follow a session: print changes until it is idle (or Ctrl-C)")
-    watch.add_argument("session")
-    watch.add_argument("--interval", type=float, default=1.0, help="seconds between reads")
-
-    stop = command("stop", "stop a session's running generation")
-    stop.add_argument("session")
-
-    cancel = command("cancel", "cancel one task (and what it owns)")
-    cancel.add_argument("session")
-    cancel.add_argument("task")
+    session_cli.add_parsers(command)
     add_smoke_parser(command)
     add_redrive_parser(command)
     listing.add_parser(command)
@@ -211,223 +166,12 @@ def cmd_init(args: argparse.Namespace) -> None:
     print("  make demo   # the app's story, in-process\n  make test   # its tests")
 
 
-# --- commands talking to the API ---------------------------------------------------------------
+# --- the API's client and the commands kept here -------------------------------------------------
 
 
 def _client(args: argparse.Namespace, timeout: float | None = None) -> ApiClient:
     seconds = timeout or args.timeout or HTTP_TIMEOUT_SECONDS
     return ApiClient(args.url, sign=args.sign, region=args.region, timeout=seconds)
-
-
-def _send(args: argparse.Namespace, method: str, path: str, body: Any = None) -> ApiResponse:
-    response = _client(args).request(method, path, body)
-    if args.json:
-        print(json.dumps(response.body, indent=2, sort_keys=True))
-    if not response.ok:
-        raise CommandFailed(
-            f"{method} {path} -> HTTP {response.status}: {response.message}", EXIT_REFUSED
-        )
-    return response
-
-
-def cmd_create(args: argparse.Namespace) -> None:
-    """POST /sessions."""
-    body = {"session_id": args.session_id} if args.session_id else {}
-    response = _send(args, "POST", "/sessions", body)
-    if not args.json:
-        found = response.body.get("session_id") if isinstance(response.body, dict) else None
-        print(found or response.message)
-
-
-def cmd_submit(args: argparse.Namespace) -> None:
-    """POST /sessions/{id}/inputs."""
-    request_id = args.request_id or "r-" + secrets.token_hex(8)
-    body = {"content": args.text, "request_id": request_id, "when_busy": args.when_busy}
-    response = _send(args, "POST", path_of("sessions", args.session, "inputs"), body)
-    if not args.json:
-        data = response.body if isinstance(response.body, dict) else {}
-        submission = data.get("submission", data)
-        status = submission.get("status", "accepted") if isinstance(submission, dict) else ""
-        print(f"submission {submission.get('id', request_id)}: {status}")
-    if isinstance(response.body, dict) and response.body.get("status") == "unanswered":
-        # Refused (--when-busy reject while a run goes on) or ended without an answer.
-        why = response.body.get("error") or "the conversation was busy (--when-busy reject)"
-        raise CommandFailed(f"the submission was not taken: {why}", EXIT_REFUSED)
-
-
-def cmd_show(args: argparse.Namespace) -> None:
-    """GET /sessions/{id} and the pages it continues on, drawn as a tree."""
-    view = api.session_view(_client(args), args.session, tail=args.tail)  # api.PageRefused: exit 1
-    if args.json:
-        print(json.dumps(view, indent=2, sort_keys=True))
-    else:
-        view = view if "asks" in view else {**view, **_workflow_view(args)}
-        print(render_session(view, SystemClock().now(), tail=args.tail))
-
-
-def _workflow_view(args: argparse.Namespace) -> dict[str, Any]:
-    # Pending asks and sign-ins live beside the session view (GET /sessions/{id}/workflow,
-    # every page) on servers that have workflow tools; a server without that route has none.
-    found = api.workflow_view(_client(args), args.session)  # api.PageRefused: exit 1
-    return {k: found[k] for k in ("asks", "approvals", "authorizations") if k in found}
-
-
-def read_value(text: str, stdin: TextIO | None = None) -> Any:
-    """A JSON value from the command line: literal JSON, ``@file`` or ``-`` (stdin)."""
-    source = "the value"
-    if text == "-":
-        text, source = (stdin or sys.stdin).read(), "stdin"
-    elif text.startswith("@"):
-        path = Path(text[1:])
-        try:
-            text, source = path.read_text(), str(path)
-        except OSError as exc:
-            raise CommandFailed(f"cannot read {path}: {exc.strerror}", EXIT_USAGE) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CommandFailed(
-            f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-            'quote it for the shell, e.g. \'{"status": "passed"}\'',
-            EXIT_USAGE,
-        ) from None
-
-
-def cmd_signal(args: argparse.Namespace) -> None:
-    """POST /sessions/{id}/tasks/{task}/signals/{signal}/{key}."""
-    value = read_value(args.value)
-    path = path_of("sessions", args.session, "tasks", args.task, "signals", args.signal, args.key)
-    response = _client(args).request("POST", path, value)
-    if args.json:
-        print(json.dumps(response.body, indent=2, sort_keys=True))
-    data = response.body if isinstance(response.body, dict) else {}
-    result = data.get("result")
-    if not args.json:
-        detail = "" if response.ok or result is None else f": {response.message}"
-        errors = data.get("errors") or []
-        print(f"{result or 'error'} (HTTP {response.status}){detail}")
-        for error in errors if isinstance(errors, list) else []:
-            print(f"  {error}")
-    if not response.ok and result is None:
-        raise CommandFailed(
-            f"POST {path} -> HTTP {response.status}: {response.message}", EXIT_REFUSED
-        )
-    if result != "delivered":  # duplicate (HTTP 200) included: the value was not stored
-        raise CommandFailed(not_taken("signal", result), EXIT_REFUSED)
-
-
-def cmd_answer(args: argparse.Namespace) -> None:
-    """POST /sessions/{id}/asks/{ask}/answer, when the server has that route."""
-    if args.text is None and args.option is None:
-        raise CommandFailed("give the answer's text, --option ID, or both", EXIT_USAGE)
-    body = {k: v for k, v in {"text": args.text, "option_id": args.option}.items() if v}
-    path = path_of("sessions", args.session, "asks", args.ask, "answer")
-    response = _client(args).request("POST", path, body)
-    if response.status in (404, 405) and _route_missing(response):
-        raise CommandFailed(
-            f"answering asks is not supported by this server ({args.url} has no route "
-            f"POST /sessions/{{session_id}}/asks/{{ask_id}}/answer)",
-            EXIT_REFUSED,
-        )
-    if args.json:
-        print(json.dumps(response.body, indent=2, sort_keys=True))
-    if not response.ok:
-        raise CommandFailed(
-            f"POST {path} -> HTTP {response.status}: {response.message}", EXIT_REFUSED
-        )
-    result = response.body.get("result") if isinstance(response.body, dict) else None
-    if not args.json:
-        print(f"{result or 'answered'} (HTTP {response.status})")
-    if result != "delivered":
-        raise CommandFailed(not_taken("answer", result), EXIT_REFUSED)
-
-
-def cmd_approve(args: argparse.Namespace) -> None:
-    """POST /sessions/{id}/approvals/{approval}/decide."""
-    body = {"approved": not args.deny, "by": args.by, "note": args.note}
-    path = path_of("sessions", args.session, "approvals", args.approval, "decide")
-    response = _send(args, "POST", path, {k: v for k, v in body.items() if v is not None})
-    result = response.body.get("result") if isinstance(response.body, dict) else None
-    if not args.json:
-        print(f"{'denied' if args.deny else 'approved'}: {result}")
-    if result != "decided":
-        raise CommandFailed(not_taken("approve", result), EXIT_REFUSED)
-
-
-def cmd_hooks(args: argparse.Namespace) -> None:
-    """GET /sessions/{id}/hooks, every page: one URL per live webhook, with its task and
-    signal key (``--json``: one JSON object a line)."""
-    path = path_of("sessions", args.session, "hooks")
-    pages = api.read_pages(_client(args), path, limit=500)  # api.PageRefused: exit 1
-    hooks = [h for page in pages for h in page.get("items") or []]
-    for hook in (h for h in hooks if isinstance(h, dict)):
-        if args.json:
-            print(json.dumps(hook, sort_keys=True))
-        else:
-            print(hook.get("url") if args.quiet else hook_line(hook))
-    if not hooks and not args.quiet and not args.json:
-        print(f"no live webhooks in session {args.session}")
-
-
-def cmd_watch(args: argparse.Namespace) -> None:
-    """Follow a session until it is idle, Ctrl-C, or --timeout seconds."""
-    if args.interval <= 0:
-        raise CommandFailed("--interval must be a positive number of seconds", EXIT_USAGE)
-    if args.timeout is not None and args.timeout < 0:
-        raise CommandFailed("--timeout must be zero or more seconds", EXIT_USAGE)
-    # Each read may take as long as the whole watch, within reason.
-    bounded = args.timeout is not None
-    client = _client(args, min(HTTP_TIMEOUT_SECONDS, max(args.timeout, 5.0)) if bounded else None)
-
-    def raw(snapshot: Any) -> None:  # --json: each changed snapshot as one line
-        print(json.dumps({"view": snapshot.view, "workflow": snapshot.workflow}), flush=True)
-
-    try:
-        idle = follow(
-            client,
-            args.session,
-            clock=SystemClock(),
-            interval=args.interval,
-            timeout=args.timeout,
-            emit=lambda line: print(line, flush=True),
-            raw=raw if args.json else None,
-        )
-    except WatchRefused as exc:
-        raise CommandFailed(str(exc), EXIT_REFUSED) from None
-    if idle and not args.json:
-        print(f"session {args.session} is idle: no live task, no run going", flush=True)
-    else:
-        raise CommandFailed(
-            f"still busy after {args.timeout:g}s (stopped watching; the session goes on)",
-            EXIT_TIMEOUT,
-        )
-
-
-def _route_missing(response: ApiResponse) -> bool:
-    # A router's generic "not found" (no route) rather than a handler's "no such ask".
-    return response.status == 405 or response.message.strip().lower() in _NO_ROUTE
-
-
-_NO_ROUTE = frozenset({"not found", "not found.", "route not found", "no such route"})
-
-
-def cmd_stop(args: argparse.Namespace) -> None:
-    """POST /sessions/{id}/stop."""
-    response = _send(args, "POST", path_of("sessions", args.session, "stop"))
-    if not args.json:
-        data = response.body if isinstance(response.body, dict) else {}
-        print("stopped" if data.get("stopped", True) else "nothing was running")
-
-
-def cmd_cancel(args: argparse.Namespace) -> None:
-    """POST /sessions/{id}/tasks/{task}/cancel."""
-    response = _send(args, "POST", path_of("sessions", args.session, "tasks", args.task, "cancel"))
-    if not args.json:
-        data = response.body if isinstance(response.body, dict) else {}
-        print("cancelled" if data.get("cancelled", True) else "the task had already ended")
-
-
-# --- bide dev -------------------------------------------------------------------------------------
 
 
 def cmd_smoke(args: argparse.Namespace) -> None:
@@ -464,31 +208,25 @@ def cmd_dev(args: argparse.Namespace) -> None:
         raise CommandFailed(str(exc), EXIT_UNREACHABLE) from None
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], object]] = {
-    "dev": cmd_dev,
-    "init": cmd_init,
-    "create": cmd_create,
-    "submit": cmd_submit,
-    "show": cmd_show,
-    "signal": cmd_signal,
-    "answer": cmd_answer,
-    "approve": cmd_approve,
-    "hooks": cmd_hooks,
-    "watch": cmd_watch,
-    "stop": cmd_stop,
-    "cancel": cmd_cancel,
-    "smoke": cmd_smoke,
-    "redrive": lambda args: print(run_redrive(args)),  # see bide.local.redrive
-    "sessions": lambda args: listing.run(args, _client(args)),
-    **host_cli.commands(_client),  # events, deny, resolve, reject, reply
-}
+def commands() -> dict[str, Callable[[argparse.Namespace], object]]:
+    """Every command's handler, by name. Made per call, so the API commands take their client
+    from this module's :func:`_client` as it is at that moment (tests point it in-process)."""
+    return {
+        "dev": cmd_dev,
+        "init": cmd_init,
+        **session_cli.commands(_client),  # create, submit, show, ... (see bide.local.session_cli)
+        "smoke": cmd_smoke,
+        "redrive": lambda args: print(run_redrive(args)),  # see bide.local.redrive
+        "sessions": lambda args: listing.run(args, _client(args)),
+        **host_cli.commands(_client),  # events, deny, resolve, reject, reply
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code."""
     args = build_parser().parse_args(argv)
     try:
-        COMMANDS[args.command](args)
+        commands()[args.command](args)
     except (CommandFailed, host_cli.HostCommandFailed) as exc:
         if str(exc):
             print(f"bide {args.command}: {exc}", file=sys.stderr)
@@ -499,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RedriveError as exc:
         print(f"bide {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except api.PageRefused as exc:  # a GET of a session or a page of one was refused
+    except PageRefused as exc:  # a GET of a session or a page of one was refused
         print(f"bide {args.command}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt:

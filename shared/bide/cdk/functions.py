@@ -44,15 +44,17 @@ WAKE_BATCH_SIZE = 10
 # What each function's code calls, per resource (tests/test_infra_security.py records the AWS
 # operations of each handler's flows on moto and checks they are exactly these). The store
 # reads with GetItem and Query and commits with TransactWriteItems, which is authorised per
-# contained Put/Update (it writes no Delete or ConditionCheck); no Batch*, Scan or
-# DescribeTable. Records over the offload threshold (64 KiB of JSON: results, delivered
-# webhook bodies, submissions) go to S3 before the transaction; objects are content-addressed
-# and never deleted or listed. Minting (worker), checking (signal) and listing (api) webhooks
-# reads the webhook key secret. Loading a session queries its live tasks on the live index
-# (worker, api; the signal function delivers without loading). Only the worker arms alarms
-# (Create, then Update when one exists; Delete to disarm; it never reads one back) and sets
-# poison wakes aside on the dead-letter queue.
+# contained Put/Update/ConditionCheck (it writes no Delete; only the worker's sleeps carry a
+# ConditionCheck, "this key's document is absent", so only it may ConditionCheckItem); no
+# Batch*, Scan or DescribeTable. Records over the offload threshold (64 KiB of JSON: results,
+# delivered webhook bodies, submissions) go to S3 before the transaction; objects are
+# content-addressed and never deleted or listed. Minting (worker), checking (signal) and
+# listing (api) webhooks reads the webhook key secret. Loading a session queries its live
+# tasks on the live index (worker, api; the signal function delivers without loading). Only
+# the worker arms alarms (Create, then Update when one exists; Delete to disarm; it never
+# reads one back) and sets poison wakes aside on the dead-letter queue.
 TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem")
+WORKER_TABLE_ACTIONS = (*TABLE_ACTIONS, "dynamodb:ConditionCheckItem")
 # The signal function reads a binding, the owner or one task by key and never queries.
 DELIVER_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 INDEX_ACTIONS = ("dynamodb:Query",)
@@ -78,7 +80,7 @@ _MODEL_ID = re.compile(r"[a-z0-9][a-z0-9.:_-]{2,199}")
 #: resource -> actions, for each function (``index`` is the table's live index).
 FUNCTION_GRANTS: dict[str, dict[str, tuple[str, ...]]] = {
     c.FUNCTION_WORKER: {
-        "table": TABLE_ACTIONS,
+        "table": WORKER_TABLE_ACTIONS,
         "index": INDEX_ACTIONS,
         "objects": OBJECT_ACTIONS,
         "queue": SEND_ACTIONS,
