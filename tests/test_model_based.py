@@ -97,6 +97,7 @@ from bide import (
     Wake,
     deliver_signal,
 )
+from bide.engine.memo_pages import every_memo
 from bide.engine.slots import task_prefix, task_slots
 
 # --- the state machine ----------------------------------------------------------------------
@@ -475,7 +476,8 @@ class EngineMachine(StopsMidPhase, HarnessProcesses, RuleBasedStateMachine):
             state = record.state
             assert state.status == t.status, f"{where}: engine has {state.status}"
             assert state.checkpoint == t.checkpoint(), where
-            assert record.memos == t.memos, f"{where}: memos {record.memos}"
+            memos = every_memo(h.get_doc, record)  # sealed pages too (engine.memo_pages)
+            assert memos == t.memos, f"{where}: memos {memos}"
             if isinstance(state, Sleeping):
                 assert [[k.signal, k.key] for k in state.signals] == [
                     [TOKENS[tok].name, key] for tok, key in t.keys

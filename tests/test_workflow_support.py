@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from bide.agent import Agent, Conversations
 from bide.agent.providers.scripted import ScriptedProvider
+from bide.engine.memo_pages import every_memo
 from bide.service.deps import Deps
 from bide.tools import ToolRegistry, result_of
 from bide.workflow import InMemoryAuthProviders, install
@@ -62,7 +63,8 @@ class Tools:
         return self.h.task(task_id).state.status
 
     def memos(self, task_id):
-        return dict(self.h.task(task_id).memos)
+        """Every memo of the task, those in sealed pages too (bide.engine.memo_pages)."""
+        return every_memo(self.h.get_doc, self.h.task(task_id))
 
     async def reopen(self):
         services = dict(self.h.services)

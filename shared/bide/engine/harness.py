@@ -407,7 +407,7 @@ class Harness:
             d.put(bump(record, state=Completing(outcome=outcome)))
         else:
             # Memos and signal values live exactly as long as the task.
-            d.put(bump(record, state=Terminal(outcome=outcome), memos={}, signals={}))
+            d.put(bump(record, state=Terminal(outcome=outcome), memos={}, memo_pages=0, signals={}))
 
     def _apply(self, change: Callable[[Draft], R]) -> R:
         """Evaluate ``change`` against the adopted view and commit its writes; on a conflict

@@ -43,6 +43,9 @@ class TaskRecord(BaseModel):
     abort_marked: bool = False
     abort_reason: str | None = None
     memos: dict[str, Any] = Field(default_factory=dict)
+    """The memos not sealed yet; older ones are in sealed pages (:mod:`bide.engine.memo_pages`)."""
+    memo_pages: int = 0
+    """How many pages of memos this task sealed (documents ``bide.memo/<task>/<page>``)."""
     signals: dict[str, SignalSlot] = Field(default_factory=dict)
     """Open slots: values not consumed yet, and keys a wake is about to settle."""
     streams: dict[str, int] = Field(default_factory=dict)
@@ -64,8 +67,9 @@ class TaskRecord(BaseModel):
         return self.state.status != "terminal"
 
     def to_json(self) -> str:
-        """The stored form."""
-        return self.model_dump_json()
+        """The stored form. ``memo_pages`` only when set: a record that sealed none is what
+        earlier versions wrote (and read, during a rolling deploy)."""
+        return self.model_dump_json(exclude={"memo_pages"} if not self.memo_pages else None)
 
     @classmethod
     def from_json(cls, data: str | bytes) -> TaskRecord:

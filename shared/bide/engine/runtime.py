@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import slots
+from . import memo_pages, slots
 from .errors import InvalidTransition, InvocationEnded
 from .failures import SignalFailed
 from .host import HostTx
@@ -28,6 +28,7 @@ from .state import (
     Terminal,
     Waiting,
 )
+from .store.base import MAX_COMMIT_ITEMS
 from .tasks import StateOrBuilder, TaskDefinition
 
 T = TypeVar("T")
@@ -48,6 +49,7 @@ class Runtime:
         assert isinstance(record.state, Running)
         self._start = record.state.checkpoint
         self.progressed = False
+        self._sealed = memo_pages.SealedCache(harness.get_doc)
         self.progress = ProgressStream(record.id, self.now, self._flush_progress)
         """This run's progress reports, carried to the event stream (bide.engine.progress)."""
 
@@ -118,8 +120,10 @@ class Runtime:
     async def memo(self, name: str, candidate: Any = _MISSING) -> Any:
         """First-writer-wins memo; durable when this returns."""
         record = self._h._live.get(self._task_id)
-        if record is not None and name in record.memos:
-            return record.memos[name]
+        if record is not None:  # on the record, or sealed in a page (memo_pages)
+            found = self._sealed.find(record, name)
+            if found is not memo_pages.MISSING:
+                return found
         if candidate is _MISSING:
             return None
         require_json(candidate, f"memo {name!r}")
@@ -254,6 +258,11 @@ class Runtime:
         return True
 
 
+_SEAL_ROOM = MAX_COMMIT_ITEMS - 8
+"""A memo seals a page only while its commit stays this far under the store's item limit:
+room for what the builder writes after it (progress events, a stream's head)."""
+
+
 def _items(d: Draft) -> int:
     return len(d.writes) + len(d.docs)
 
@@ -297,13 +306,21 @@ class _Tx(HostTx):
         return keyed_id("t-", self._h.session_id, owned_by or "", key)
 
     def memo(self, name: str, value: Any) -> Any:
-        """First-writer-wins memo on the committing task, in this commit."""
+        """First-writer-wins memo on the committing task, in this commit. A memo that
+        passes a page moves the oldest ones to a sealed page in this commit, when it has room
+        (:mod:`bide.engine.memo_pages`; else a later memo seals it)."""
         record = self._holder(self._d) if self._holder else self._d.get(self._task_id)
         assert record is not None
-        if name in record.memos:
-            return record.memos[name]
+        found = memo_pages.find(self._d.get_doc, record, name)
+        if found is not memo_pages.MISSING:
+            return found
         require_json(value, f"memo {name!r}")
-        self._d.put(bump(record, memos={**record.memos, name: value}))
+        written = bump(record, memos={**record.memos, name: value})
+        sealed = memo_pages.seal(written)
+        if sealed is not None and _items(self._d) + memo_pages.PAGE_ITEMS <= _SEAL_ROOM:
+            written, key, page = sealed
+            self._d.put_doc(key, page)
+        self._d.put(written)
         return value
 
     def consume(self, key: SignalKey[Any]) -> bool:

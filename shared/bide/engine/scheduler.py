@@ -137,7 +137,15 @@ def reserve(h: Kernel, d: Draft) -> list[tuple[str, str]]:
             continue
         if ready_to_settle(record, live):
             assert isinstance(state, Completing)
-            d.put(bump(record, state=Terminal(outcome=state.outcome), memos={}, signals={}))
+            d.put(
+                bump(
+                    record,
+                    state=Terminal(outcome=state.outcome),
+                    memos={},
+                    memo_pages=0,
+                    signals={},
+                )
+            )
             # A task waiting on this one can only be woken by the next pass.
             h._truncated = True
             continue

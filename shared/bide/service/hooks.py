@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..engine import slots
+from ..engine import memo_pages, slots
 from ..engine.delivery import STREAM_SUFFIX
 from ..engine.harness import Harness
 from ..engine.records import TaskRecord
@@ -53,11 +53,12 @@ def _received(harness: Harness, record: TaskRecord, signal: str, key: str) -> in
     return int(slot is not None and slot.has_value)
 
 
-def _minted(record: TaskRecord) -> list[tuple[str, str, str | None]]:
+def _minted(harness: Harness, record: TaskRecord) -> list[tuple[str, str, str | None]]:
     """``(memo name, nonce, workflow operation name or None)`` of every webhook the task
-    minted, in memo name order."""
+    minted, in memo name order (sealed memos too: :mod:`bide.engine.memo_pages`)."""
     found: list[tuple[str, str, str | None]] = []
-    for name, value in sorted(record.memos.items()):
+    every = memo_pages.every_memo(harness.get_doc, record)
+    for name, value in sorted(every.items()):
         if name.startswith(WEBHOOK_MEMO_PREFIX) and isinstance(value, str):
             found.append((name, value, None))
         elif (
@@ -66,7 +67,7 @@ def _minted(record: TaskRecord) -> list[tuple[str, str, str | None]]:
             and isinstance(value, dict)
             and value.get("op") == "webhook"
             and isinstance(value.get("nonce"), str)
-            and result_memo(int(name[len(_WORKFLOW_OP) :])) in record.memos
+            and result_memo(int(name[len(_WORKFLOW_OP) :])) in every
         ):
             found.append((name, value["nonce"], str(value.get("name") or "webhook")))
     return found
@@ -96,7 +97,7 @@ def webhooks_after(
     for record in sorted(harness.live_tasks.values(), key=lambda r: (r.created_at, r.id)):
         if after is not None and (record.created_at, record.id) < after[:2]:
             continue
-        for memo, nonce, op_name in _minted(record):
+        for memo, nonce, op_name in _minted(harness, record):
             position = (record.created_at, record.id, memo)
             if after is not None and position <= after:
                 continue

@@ -1,8 +1,9 @@
 """Where a run's history lives: memo names, document keys and signal keys.
 
-A workflow body's history is kept in its task's memos, which are first-writer-wins: a rerun
-after a crash records the same thing the first run did, or finds what it recorded. Every
-durable operation gets the next sequence number ``n`` when the body creates it:
+A workflow body's history is kept in its task's memos, which are first-writer-wins (the
+older ones in sealed pages, documents the engine writes once: :mod:`bide.engine.memo_pages`):
+a rerun after a crash records the same thing the first run did, or finds what it recorded.
+Every durable operation gets the next sequence number ``n`` when the body creates it:
 
 * ``wf.<n>``: the operation as first evaluated, ``{"op": kind, "name": name, ..., "args":
   digest}`` with the values that must not change on replay (a sleep's ``until``, an ask's
@@ -26,6 +27,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
+from ..engine import memo_pages
 from ..engine.signals import SignalToken, define_signal
 
 if TYPE_CHECKING:
@@ -67,9 +69,10 @@ def derived_id(prefix: str, *parts: object) -> str:
 
 
 def memos(rt: Runtime) -> dict[str, Any]:
-    """The task's memos as last adopted (read-only use): to find what a run recorded."""
+    """The task's memos as last adopted (read-only use): to find what a run recorded. Those
+    of sealed pages too (:mod:`bide.engine.memo_pages`), read once per harness."""
     record = rt._h._live.get(rt.task_id)
-    return dict(record.memos) if record is not None else {}
+    return memo_pages.every_memo(rt._h.get_doc, record) if record is not None else {}
 
 
 def has_history(rt: Runtime) -> bool:

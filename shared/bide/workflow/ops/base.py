@@ -133,10 +133,14 @@ class Op(Generic[T]):
 def digest_of(value: Any) -> str:
     """A digest of a JSON value that does not depend on key order, the process or the
     Python version: canonical JSON (sorted keys, no spaces), SHA-256, 16 bytes in hex."""
-    text = json.dumps(
-        value, sort_keys=True, separators=(",", ":"), default=lambda o: type(o).__qualname__
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return hashlib.sha256(_CANONICAL.encode(value).encode()).hexdigest()[:32]
+
+
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), default=lambda o: type(o).__qualname__
+)
+"""What ``json.dumps(value, sort_keys=True, separators=(",", ":"), default=...)`` builds on
+every call, built once: a replay digests every operation it passes."""
 
 
 def describe(value: Any) -> str:
