@@ -334,7 +334,8 @@ def test_fuzzed_failures_on_the_signal_and_webhook_routes(stage: Stage) -> None:
         else:
             assert status == 400, f"{what} -> {status}: {answer}"
             # Data nested too deep makes the whole body too deep: the JSON parser refuses it
-            # first, saying so (over HTTP a failure's data nests at most 63 levels).
+            # first, saying so (over HTTP a failure's data nests at most 63 levels, 62 in the
+            # envelope, though the engine takes 64).
             why = answer["error"]
             assert ("nests" in why) if field == "data" else (repr(field) in why), (what, why)
 
