@@ -178,8 +178,8 @@ def with_store(kind: str, run: Callable[[Store], Any]) -> Any:
 
 def main() -> None:
     print("(a) park/wake cycles: signal -> wake -> sleep on the next key (3 commits each)")
-    print("    Every used key stays on the live task (consumed), so its record grows by one")
-    print("    slot per cycle: the first and last tenth of the cycles show what that costs.")
+    print("    A used key leaves the live task for a document of its own, so the record stays")
+    print("    the same size: the first and last tenth of the cycles should run alike.")
     head = f"{'store':<14}{'cycles':>8}{'cycles/s':>10}{'first 10%/s':>13}{'last 10%/s':>12}"
     print(f"    {head}")
     for kind, cycles in (("sqlite file", CYCLES), ("sqlite memory", CYCLES)):
