@@ -206,6 +206,17 @@ _NOT_TAKEN = {
         "invalid": "not stored: the value does not fit",
         "not_found": "not stored: no such task in this session",
     },
+    "fail": {
+        "duplicate": "not stored: the key already holds a value or a failure (the first stands)",
+        "closed": "not stored: the task ended, or the wait on that key is over",
+        "invalid": "not stored: the failure is malformed (type, message or data)",
+        "not_found": "not stored: no such task in this session",
+    },
+    "beat": {
+        "duplicate": "the key already holds a value or a failure: the wait is over",
+        "closed": "the task ended, or the wait on that key is over (a deadline passed)",
+        "not_found": "no such task in this session",
+    },
     "answer": {
         "duplicate": "the question was answered before; the first answer stands",
         "closed": "the question is closed: its run ended and withdrew it",
