@@ -1,8 +1,9 @@
 """The CLI's session commands (logic kept out of :mod:`bide.cli`): ``create``, ``submit``,
 ``show``, ``signal``, ``fail``, ``beat``, ``answer``, ``approve``, ``hooks``, ``watch``,
-``stop`` and ``cancel``, each a request or two to the sessions API about one session. :func:`add_parsers` declares them
-with the CLI's ``command`` factory and :func:`commands` gives their handlers; a handler that is
-refused or misused raises :class:`~bide.local.cli_base.CommandFailed` with its exit code.
+``stop`` and ``cancel``, each a request or two to the sessions API about one session.
+:func:`add_parsers` declares them with the CLI's ``command`` factory and :func:`commands` gives
+their handlers; a handler that is refused or misused raises
+:class:`~bide.local.cli_base.CommandFailed` with its exit code.
 """
 
 from __future__ import annotations
