@@ -465,39 +465,3 @@ def test_watch_follows_a_transcript_past_its_first_page(stack: BackgroundStack, 
     assert [line.split()[-1] for line in lines if "line " in line] == [
         str(n) for n in range(121, 181)
     ]
-
-
-def test_fail_and_beat_go_through_their_routes(stack: BackgroundStack, capsys) -> None:
-    sid, _ = started(stack, "Fix the flaky test and verify it")
-    tool = parked_tool(stack.url, sid)
-    slot = [sid, tool["id"], "app.ci-result"]
-    # A beat where the sleep has no heartbeat moves nothing, but is taken.
-    assert bide(capsys, stack.url, "beat", *slot, "done")[:2] == (0, "delivered (HTTP 202)\n")
-    # Bad --data JSON is bad usage; nothing is sent.
-    code, _, err = bide(
-        capsys, stack.url, "fail", *slot, "x", "--type", "T", "--message", "m", "--data", "{oops"
-    )
-    assert code == EXIT_USAGE and "not valid JSON" in err
-    # A malformed failure (empty type) is refused naming the field.
-    code, out, err = bide(capsys, stack.url, "fail", *slot, "x", "--type", "", "--message", "m")
-    assert code == EXIT_REFUSED and out.startswith("error (HTTP 400)") and "type" in err
-    # A failure on a key nobody waits on is stored; a second one and a beat are duplicates.
-    fail = ["fail", *slot, "early", "--type", "BuildFailed", "--message", "3 tests failed"]
-    code, out, _ = bide(capsys, stack.url, *fail, "--data", '{"failed": 3}')
-    assert (code, out) == (0, "delivered (HTTP 202)\n")
-    code, out, err = bide(capsys, stack.url, *fail)
-    assert (code, out.strip()) == (EXIT_REFUSED, "duplicate (HTTP 200)")
-    assert "already holds a value or a failure" in err
-    code, out, err = bide(capsys, stack.url, "beat", *slot, "early")
-    assert (code, out.strip()) == (EXIT_REFUSED, "duplicate (HTTP 200)")
-    assert "the wait is over" in err
-    # On the awaited key the failure (not a value: the schema would refuse it) ends the call
-    # failed, its result saying the failure's type and message.
-    code, out, _ = bide(capsys, stack.url, *fail[:4], "done", *fail[5:])
-    assert (code, out) == (0, "delivered (HTTP 202)\n")
-    assert stack.settle(5)
-    transcript = json.dumps(ApiClient(stack.url).request("GET", f"/sessions/{sid}").body)
-    assert "BuildFailed: 3 tests failed" in transcript
-    # The call has ended: a late beat is closed.
-    code, out, _ = bide(capsys, stack.url, "beat", *slot, "done")
-    assert code == EXIT_REFUSED and out.startswith("closed (HTTP 410)")
