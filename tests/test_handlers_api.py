@@ -202,6 +202,9 @@ def test_view_shows_the_task_graph_live_tool_calls_and_entries(bench: Bench) -> 
         "phase": "parked",
         "until": start + HOUR,
         "keys": [{"signal": REPLY.name, "key": "done"}],
+        "heartbeat": None,  # no heartbeat on this sleep
+        "beat_by": None,
+        "slots": None,  # no key holds anything
         "policy": None,
         "on": None,
         "tool": {"name": "await_hook", "arguments": {"after": 3600}},  # as the model sent them

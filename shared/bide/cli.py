@@ -7,15 +7,15 @@ project (:mod:`bide.scaffold`) and talks to nothing. ``bide smoke`` checks a dep
 end to end (:mod:`bide.local.smoke`).
 
 Exit codes: 0 done; 1 the server refused the request (HTTP 4xx/5xx, or an answer saying it
-was not taken: a signal or answer that was not ``delivered``, an approval not ``decided``, a
-submission left ``unanswered``; a ``bide smoke`` step failed); 2 bad usage; 3 the server
-could not be reached or the request could not be made; 4 ``bide watch`` reached its
-``--timeout`` before the session went idle.
+was not taken: a signal, failure, beat or answer that was not ``delivered``, an approval not
+``decided``, a submission left ``unanswered``; a ``bide smoke`` step failed); 2 bad usage;
+3 the server could not be reached or the request could not be made; 4 ``bide watch`` reached
+its ``--timeout`` before the session went idle.
 
 This module is the entry point: the options every command takes, the commands that run the
 local stack or write a project, and the mapping of failures to exit codes. The commands' work
-lives in ``bide.local``: the session commands (create, submit, show, signal, answer, approve,
-hooks, watch, stop, cancel) in :mod:`bide.local.session_cli`, the host commands in
+lives in ``bide.local``: the session commands (create, submit, show, signal, fail, beat,
+answer, approve, hooks, watch, stop, cancel) in :mod:`bide.local.session_cli`, the host commands in
 :mod:`bide.local.host_cli`, and listing, redrive and smoke in their own modules.
 """
 

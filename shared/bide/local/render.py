@@ -76,10 +76,23 @@ def task_line(node: Mapping[str, Any], now: float) -> str:
     keys = node.get("keys") or []
     if keys:
         parts.append("on " + ", ".join(f"{k.get('signal')}/{k.get('key')}" for k in keys))
+    if node.get("beat_by") is not None:  # a missed beat is noticed then, before until
+        parts.append(f"beat by {when(node['beat_by'], now)} (every {node.get('heartbeat')}s)")
+    for slot in node.get("slots") or []:
+        parts.append(slot_text(slot))
     if node.get("policy"):
         on = node.get("on") or []
         parts.append(f"policy={node['policy']} on {len(on)} task{'s' if len(on) != 1 else ''}")
     return "  ".join(parts)
+
+
+def slot_text(slot: Mapping[str, Any]) -> str:
+    """A key holding something: ``holds failure on app.ci/done: BuildFailed: 3 failed``."""
+    where = f"{slot.get('signal')}/{slot.get('key')}"
+    failure = slot.get("failure")
+    if slot.get("holds") == "failure" and isinstance(failure, Mapping):
+        return f"holds failure on {where}: {failure.get('type')}: {failure.get('message')}"
+    return f"holds {slot.get('holds')} on {where}"
 
 
 def task_tree(tasks: Sequence[Mapping[str, Any]], now: float) -> list[str]:
@@ -205,6 +218,17 @@ _NOT_TAKEN = {
         "closed": "not stored: the task ended, or the wait on that key is over",
         "invalid": "not stored: the value does not fit",
         "not_found": "not stored: no such task in this session",
+    },
+    "fail": {
+        "duplicate": "not stored: the key already holds a value or a failure (the first stands)",
+        "closed": "not stored: the task ended, or the wait on that key is over",
+        "invalid": "not stored: the failure is malformed (type, message or data)",
+        "not_found": "not stored: no such task in this session",
+    },
+    "beat": {
+        "duplicate": "the key already holds a value or a failure: the wait is over",
+        "closed": "the task ended, or the wait on that key is over (a deadline passed)",
+        "not_found": "no such task in this session",
     },
     "answer": {
         "duplicate": "the question was answered before; the first answer stands",

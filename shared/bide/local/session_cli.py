@@ -1,8 +1,9 @@
 """The CLI's session commands (logic kept out of :mod:`bide.cli`): ``create``, ``submit``,
-``show``, ``signal``, ``answer``, ``approve``, ``hooks``, ``watch``, ``stop`` and ``cancel``,
-each a request or two to the sessions API about one session. :func:`add_parsers` declares them
-with the CLI's ``command`` factory and :func:`commands` gives their handlers; a handler that is
-refused or misused raises :class:`~bide.local.cli_base.CommandFailed` with its exit code.
+``show``, ``signal``, ``fail``, ``beat``, ``answer``, ``approve``, ``hooks``, ``watch``,
+``stop`` and ``cancel``, each a request or two to the sessions API about one session.
+:func:`add_parsers` declares them with the CLI's ``command`` factory and :func:`commands` gives
+their handlers; a handler that is refused or misused raises
+:class:`~bide.local.cli_base.CommandFailed` with its exit code.
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ from .watch import WatchRefused, follow
 Connect = Callable[[argparse.Namespace, float | None], ApiClient]
 
 
+#: The positional arguments naming one signal slot, shared by ``signal``, ``fail`` and ``beat``.
+_SLOT_ARGS = (
+    ("session", "the session's id"),
+    ("task", "the task's id (see bide show)"),
+    ("signal", "the signal's name, e.g. app.ci-result"),
+    ("key", "the key, e.g. done"),
+)
+
+
 def add_parsers(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
     """Declare the session commands with the CLI's ``command`` factory."""
     create = command("create", "create a session (prints its id)")
@@ -51,6 +61,17 @@ def add_parsers(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
     sig.add_argument("signal", help="the signal's name, e.g. app.ci-result")
     sig.add_argument("key", help="the key, e.g. done")
     sig.add_argument("value", help="the value as JSON; @file reads a file, - reads stdin")
+
+    fail = command("fail", "deliver a failure instead of a value (the signal's /failure route)")
+    for name, text in _SLOT_ARGS:
+        fail.add_argument(name, help=text)
+    fail.add_argument("--type", required=True, help="the failure's type, e.g. BuildFailed")
+    fail.add_argument("--message", required=True, help="what went wrong, for a person")
+    fail.add_argument("--data", help="details as JSON; @file reads a file, - reads stdin")
+
+    beat = command("beat", "send a heartbeat on a key (the signal's /heartbeat route)")
+    for name, text in _SLOT_ARGS:
+        beat.add_argument(name, help=text)
 
     answer = command("answer", "answer a pending ask")
     answer.add_argument("session")
@@ -160,9 +181,31 @@ def read_value(text: str, stdin: TextIO | None = None) -> Any:
 
 def cmd_signal(args: argparse.Namespace, connect: Connect) -> None:
     """POST /sessions/{id}/tasks/{task}/signals/{signal}/{key}."""
-    value = read_value(args.value)
-    path = path_of("sessions", args.session, "tasks", args.task, "signals", args.signal, args.key)
-    response = connect(args, None).request("POST", path, value)
+    _post_to_slot(args, connect, "", read_value(args.value), "signal")
+
+
+def cmd_fail(args: argparse.Namespace, connect: Connect) -> None:
+    """POST /sessions/{id}/tasks/{task}/signals/{signal}/{key}/failure: the failure's
+    ``type``, ``message`` and (``--data``) ``data`` take the key's place of a value."""
+    body: dict[str, Any] = {"type": args.type, "message": args.message}
+    if args.data is not None:
+        body["data"] = read_value(args.data)
+    _post_to_slot(args, connect, "failure", body, "fail")
+
+
+def cmd_beat(args: argparse.Namespace, connect: Connect) -> None:
+    """POST /sessions/{id}/tasks/{task}/signals/{signal}/{key}/heartbeat (no body)."""
+    _post_to_slot(args, connect, "heartbeat", None, "beat")
+
+
+def _post_to_slot(
+    args: argparse.Namespace, connect: Connect, route: str, body: Any, command: str
+) -> None:
+    # One answer, three commands: print "<result> (HTTP <status>)"; anything but delivered
+    # (duplicate, HTTP 200, included: nothing was stored) exits 1.
+    parts = ["sessions", args.session, "tasks", args.task, "signals", args.signal, args.key]
+    path = path_of(*parts, *([route] if route else []))
+    response = connect(args, None).request("POST", path, body)
     if args.json:
         print(json.dumps(response.body, indent=2, sort_keys=True))
     data = response.body if isinstance(response.body, dict) else {}
@@ -177,8 +220,8 @@ def cmd_signal(args: argparse.Namespace, connect: Connect) -> None:
         raise CommandFailed(
             f"POST {path} -> HTTP {response.status}: {response.message}", EXIT_REFUSED
         )
-    if result != "delivered":  # duplicate (HTTP 200) included: the value was not stored
-        raise CommandFailed(not_taken("signal", result), EXIT_REFUSED)
+    if result != "delivered":
+        raise CommandFailed(not_taken(command, result), EXIT_REFUSED)
 
 
 def cmd_answer(args: argparse.Namespace, connect: Connect) -> None:
@@ -313,6 +356,8 @@ _HANDLERS: dict[str, Callable[[argparse.Namespace, Connect], None]] = {
     "submit": cmd_submit,
     "show": cmd_show,
     "signal": cmd_signal,
+    "fail": cmd_fail,
+    "beat": cmd_beat,
     "answer": cmd_answer,
     "approve": cmd_approve,
     "hooks": cmd_hooks,

@@ -32,7 +32,10 @@ from .client import (
 from .render import ask_line, call_text, entry_line, task_line, when
 
 # What a task line is drawn from: a change to any of these is a change worth a line.
-_TASK_FIELDS = ("status", "phase", "until", "keys", "policy", "on", "abort_marked")
+_TASK_FIELDS = (
+    *("status", "phase", "until", "keys", "beat_by", "slots"),
+    *("policy", "on", "abort_marked"),
+)
 
 
 class WatchRefused(BideError):

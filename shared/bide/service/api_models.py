@@ -55,6 +55,24 @@ class SignalKeyView(BaseModel):
     key: str
 
 
+class FailureHeld(BaseModel):
+    """The failure a key holds instead of a value: its type and message (the message cut to
+    the first 256 characters; ``data`` is left out of the view)."""
+
+    type: str
+    message: str
+
+
+class SlotView(BaseModel):
+    """A key of the task holding something not consumed yet: a value, a failure (shown as a
+    failure, never as a value) or expired. The value itself is not in the view."""
+
+    signal: str
+    key: str
+    holds: str = Field(description="value | failure | expired")
+    failure: FailureHeld | None = Field(default=None, description="set when it holds a failure")
+
+
 class ToolCallView(BaseModel):
     """What a live tool call is calling."""
 
@@ -73,6 +91,17 @@ class TaskNode(BaseModel):
     phase: str | None = None
     until: float | None = Field(default=None, description="a sleep's deadline (epoch seconds)")
     keys: list[SignalKeyView] | None = Field(default=None, description="a sleep's signal keys")
+    heartbeat: float | None = Field(
+        default=None, description="a sleep's heartbeat interval (seconds), when it has one"
+    )
+    beat_by: float | None = Field(
+        default=None,
+        description="when the next beat is due (epoch seconds): no beat (and no value) by then "
+        "wakes the task with a missed heartbeat",
+    )
+    slots: list[SlotView] | None = Field(
+        default=None, description="keys holding a value, a failure or expired, not consumed yet"
+    )
     policy: str | None = Field(default=None, description="a wait's policy")
     on: list[str] | None = Field(default=None, description="the tasks a wait is on")
     tool: ToolCallView | None = Field(default=None, description="set for a live tool call")

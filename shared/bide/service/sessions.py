@@ -24,6 +24,7 @@ from .attach import attach
 from .deps import Deps
 from .hooks import Position, webhooks_after
 from .pages import MAX_PAGE_BYTES, BadCursor, Page, build_page, decode_cursor
+from .task_slots import slot_views
 
 MAIN = "main"
 
@@ -112,11 +113,17 @@ def _task_node(record: TaskRecord) -> dict[str, Any]:
     if isinstance(state, Sleeping):
         node["until"] = state.until
         node["keys"] = [{"signal": k.signal, "key": k.key} for k in state.signals]
+        if state.heartbeat is not None:
+            node["heartbeat"] = state.heartbeat
+            node["beat_by"] = state.beat_by
     if isinstance(state, Waiting):
         node["policy"] = state.policy
         node["on"] = list(state.on)
     if hasattr(state, "checkpoint"):
         node["phase"] = state.checkpoint.get("phase")
+    slots = slot_views(record)
+    if slots:
+        node["slots"] = slots
     if record.kind == "bide.tool":
         node["tool"] = {"name": record.input["name"], "arguments": record.input["arguments"]}
     return node

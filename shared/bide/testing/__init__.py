@@ -7,7 +7,8 @@ real process death, it unwinds everything.
 
 :func:`deliver_webhook` posts a body to a capability webhook URL a tool minted, in-process,
 with the checks of the deployed webhook route, so a test drives a parked tool the way its
-caller will.
+caller will: a value, a failure (``url + "/failure"`` or the ``$failure`` envelope) or a
+heartbeat (``url + "/heartbeat"``).
 """
 
 from __future__ import annotations
@@ -18,20 +19,25 @@ from typing import Any, Literal
 
 from ..app import App
 from ..engine.errors import DefinitionError
+from ..engine.failures import SignalFailure
 from ..engine.harness import Harness
 from ..engine.records import TaskRecord
 from ..engine.rules import SignalDecision
 from ..engine.store.base import Doc, Store
 from ..engine.store.wrapper import StoreWrapper
+from ..service.failure_body import ENVELOPE, delivery_of
 from ..tools.webhook_keys import keys_of
 from ..tools.webhooks import WebhookRejected, resolve, verify
+
+#: The webhook's routes beside the value route: ``{url}/failure`` and ``{url}/heartbeat``.
+_FAILURE, _HEARTBEAT = "failure", "heartbeat"
 
 
 async def deliver_webhook(
     harness: Harness,
     app: App,
     url: str,
-    body: Any,
+    body: Any = None,
     *,
     headers: Mapping[str, str] | None = None,
 ) -> SignalDecision:
@@ -42,26 +48,47 @@ async def deliver_webhook(
     ``webhook_keys`` service, or this process's key when it has none). Raises
     :class:`~bide.tools.webhooks.WebhookRejected` (with the route's status) otherwise; the
     decision says ``delivered``, ``duplicate``, ``invalid`` (and which fields failed) or
-    ``closed``. Run the harness afterwards to resume the task."""
+    ``closed``. Run the harness afterwards to resume the task.
+
+    The routes of the deployed webhook: ``url`` itself takes a value, or a failure in the
+    ``{"$failure": {...}}`` envelope; ``url + "/failure"`` takes the failure as the body; a
+    malformed failure is refused 400 (nothing stored). A :class:`SignalFailure` as ``body`` is
+    sent as its JSON (on ``url``: in the envelope), and that JSON is what a signature covers.
+    ``url + "/heartbeat"`` is a beat: the body is ignored but signed (no body: the signature
+    covers the empty body); the decision's result is the beat's."""
+    route, path = _route_of(url)
 
     def find(session_id: str, key: str) -> Any:
         return harness.get_doc(key) if session_id == harness.session_id else None
 
     try:
-        binding = resolve(url.rstrip("/").rsplit("/", 1)[-1], find, keys_of(harness.services))
+        binding = resolve(path.rsplit("/", 1)[-1], find, keys_of(harness.services))
     except WebhookRejected:
         raise WebhookRejected(
             404, f"unknown webhook in session {harness.session_id!r}: {url}"
         ) from None
+    if isinstance(body, SignalFailure):
+        body = body.to_json() if route == _FAILURE else {ENVELOPE: body.to_json()}
+    raw = b"" if route == _HEARTBEAT and body is None else json.dumps(body).encode()
     lowered = {k.lower(): v for k, v in (headers or {}).items()}
-    verify(binding, lowered, json.dumps(body).encode(), harness.clock.now())
+    verify(binding, lowered, raw, harness.clock.now())
     try:
         token = app.signal_token(binding.signal)
     except DefinitionError:
         raise WebhookRejected(
             404, f"signal {binding.signal!r} is not deliverable here: list it in App(signals=...)"
         ) from None
-    return await harness.deliver(binding.task_id, token, binding.key, body)
+    if route == _HEARTBEAT:
+        return SignalDecision(await harness.beat(binding.task_id, token, binding.key))
+    delivered = delivery_of(body, failure_route=route == _FAILURE)  # WebhookRejected: 400
+    return await harness.deliver(binding.task_id, token, binding.key, delivered)
+
+
+def _route_of(url: str) -> tuple[str, str]:
+    # ("value" | "failure" | "heartbeat", the URL without the route's suffix)
+    path = url.rstrip("/")
+    head, _, last = path.rpartition("/")
+    return (last, head) if last in (_FAILURE, _HEARTBEAT) else ("value", path)
 
 
 class Crash(BaseException):

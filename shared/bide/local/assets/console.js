@@ -499,6 +499,26 @@ function taskNode(task, hooks, progress, people) {
       ),
     );
   }
+  if (task.beat_by !== null && task.beat_by !== undefined) {
+    // When a missed heartbeat will be noticed (a beat moves it).
+    details.push(el("span", {}, "beat by ", time(task.beat_by), ` (every ${task.heartbeat}s)`));
+  }
+  for (const slot of task.slots || []) {
+    const where = el("code", { text: `${slot.signal}/${slot.key}` });
+    // A failure is shown as a failure, never as a value.
+    details.push(
+      slot.holds === "failure" && slot.failure
+        ? el(
+            "span",
+            { class: "held-failure" },
+            badge("failure", "abort"),
+            " on ",
+            where,
+            `: ${slot.failure.type}: ${slot.failure.message}`,
+          )
+        : el("span", {}, `holds ${slot.holds} on `, where),
+    );
+  }
   if (task.policy) {
     details.push(
       el("span", {
