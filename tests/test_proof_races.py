@@ -178,13 +178,13 @@ def test_duplicate_wake_deliveries_are_harmless(
     assert set(rig.ledger.endings.values()) == {1} and set(rig.ledger.endings) == {napper, pay}
     left = rig.schedule()
     if left is not None:
-        # With leases, the duplicate worker may find the napper leased by the other one and
-        # create an alarm for the lease's expiry after the other deleted the napper's alarm.
-        # A create replaced nothing, so no re-check follows (docs/reliability.md, "One wake
-        # per signal"): the alarm is a spare wake. Its fire must find nothing to run.
-        assert lease, "without leases no worker arms for a lease: the alarm was not deleted"
-        at = json.loads(left["Target"]["Input"])["at"]
-        assert at != start + HOUR, "the ended napper's own alarm was left"
+        # The duplicate worker ran on a state the other one had already moved on from: it
+        # may create an alarm (for the other's lease's expiry, or, without leases, for the
+        # napper's own deadline it still saw) after the other deleted the napper's alarm. A
+        # create replaced nothing, so no re-check follows (docs/reliability.md, "One wake per
+        # signal"): the alarm is a spare wake, seen in CI on DynamoDB Local without leases
+        # too. Its fire must find nothing to run. (Disarming at the end is pinned without
+        # races: tests/test_handlers_beats.py and the worker's handler tests.)
         seq = rig.raw.head(rig.session_id)
         sqs.send_message(
             QueueUrl=rig.queue_url,
