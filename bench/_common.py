@@ -160,6 +160,15 @@ class Counting(StoreWrapper):
         self.records_read += record is not None
         return seq, record
 
+    def task_and_doc_at_head(
+        self, session_id: str, task_id: str, key: str
+    ) -> tuple[int, TaskRecord | None, Doc | None]:
+        seq, record, doc = self.inner.task_and_doc_at_head(session_id, task_id, key)
+        self.read += 0 if record is None else len(record.to_json().encode())
+        self.read += 0 if doc is None else doc_bytes(doc)
+        self.records_read += record is not None
+        return seq, record, doc
+
     def get_doc(self, session_id: str, key: str) -> Doc | None:
         doc = self.inner.get_doc(session_id, key)
         self.read += 0 if doc is None else doc_bytes(doc)

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from store_contract_absent import AbsentDocsContract
+from store_contract_at_head import AtHeadContract
 
 from bide.engine.errors import CommitTooLarge, ConflictError
 from bide.engine.records import SignalSlot, TaskRecord
@@ -111,7 +112,7 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
         raise errors[0]
 
 
-class StoreContract(AbsentDocsContract):
+class StoreContract(AbsentDocsContract, AtHeadContract):
     """The behaviour the engine relies on, for any store (with the part on documents a commit
     requires absent, :mod:`store_contract_absent`)."""
 

@@ -347,8 +347,8 @@ def test_a_signal_queues_one_wake_after_its_value_is_stored(bench: Bench, monkey
 
 def test_the_signal_function_reads_once_writes_once_and_wakes_once(bench: Bench) -> None:
     # The requests behind one delivered signal (docs/performance.md, requests per signal):
-    # the owner check of the IAM route, one read of the head and the task together, the
-    # commit, the wake.
+    # one read of the owner document, the head and the task together (the IAM route's owner
+    # check rides on it: tests/test_signal_owner_read.py), the commit, the wake.
     sid, task_id = parked_napper(bench)
     made: list[str] = []
 
@@ -363,7 +363,7 @@ def test_the_signal_function_reads_once_writes_once_and_wakes_once(bench: Bench)
     finally:
         for client in clients.values():
             client.meta.events.unregister("before-parameter-build.*.*", count)
-    assert sorted(made) == ["GetItem", "SendMessage", "TransactGetItems", "TransactWriteItems"]
+    assert sorted(made) == ["SendMessage", "TransactGetItems", "TransactWriteItems"]
 
 
 def test_the_handler_dying_before_the_store_leaves_nothing_and_the_retry_delivers(

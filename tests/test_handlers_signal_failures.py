@@ -179,8 +179,8 @@ def test_a_failure_costs_one_read_one_write_and_one_wake(bench: Bench) -> None:
     finally:
         for client in clients.values():
             client.meta.events.unregister("before-parameter-build.*.*", count)
-    # The same requests as a value (tests/test_handlers_signal.py): owner check, one read of
-    # the head and the task together, one conditional write, one wake.
-    assert sorted(made) == ["GetItem", "SendMessage", "TransactGetItems", "TransactWriteItems"]
+    # The same requests as a value (tests/test_handlers_signal.py): one read of the owner
+    # document, the head and the task together, one conditional write, one wake.
+    assert sorted(made) == ["SendMessage", "TransactGetItems", "TransactWriteItems"]
     assert [w["session_id"] for w in bench.queued()] == [sid]
     assert bench.drain() == 1

@@ -163,11 +163,13 @@ def test_an_expired_session_reads_as_gone_and_its_id_starts_afresh(aws_bench: Aw
     store.stamp_ended(sid)
     clock.now = ENDED + 30 * DAY - 1
     assert store.head(sid) == seq and store.get_doc(sid, "d/1") == Doc("d/1", 1)
+    assert store.task_and_doc_at_head(sid, "a", "d/1")[::2] == (seq, Doc("d/1", 1))
     clock.now = ENDED + 30 * DAY + 1  # past the expiry; TTL has not deleted anything yet
     assert len(partition_items(aws_bench, sid)) == 5
     assert store.head(sid) == 0
     assert store.load(sid).seq == 0 and store.load(sid).tasks == {}
     assert store.get_task(sid, "a") is None and store.get_doc(sid, "d/1") is None
+    assert store.task_and_doc_at_head(sid, "a", "d/1") == (0, None, None)
     assert store.list_docs(sid, "") == []
     # A first commit of the id succeeds over the expired head and sees nothing of the old.
     assert store.commit(sid, 0, [task("c", sid)], [Doc("d/2", 2)]) == 1

@@ -48,6 +48,7 @@ def test_the_protocol_has_the_methods_this_file_expects():
         "head",
         "list_docs",
         "load",
+        "task_and_doc_at_head",
         "task_at_head",
     ]
 

@@ -387,7 +387,14 @@ def test_store_and_key_errors_never_reach_a_callers_body(bench: Any) -> None:
     failed: dict[str, int] = {"hook": 0, "signal": 0}
     body = '{"text": "hi"}'
     json_type = {"content-type": "application/json"}
-    for method in ("get_doc", "head", "get_task", "task_at_head", "commit"):
+    for method in (
+        "get_doc",
+        "head",
+        "get_task",
+        "task_at_head",
+        "task_and_doc_at_head",
+        "commit",
+    ):
         for error in errors():
             bench.deps.store = FailingStore(healthy, method, error)
             events = {

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import (
         AttributeValueTypeDef,
         QueryInputTypeDef,
+        TransactGetItemTypeDef,
         TransactWriteItemTypeDef,
     )
     from mypy_boto3_s3.client import S3Client
@@ -524,38 +525,46 @@ class DynamoDBStore(Retaining):
         (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactGetItems.html).
         One request where :meth:`head` then :meth:`get_task` take two; a transactional read
         costs twice the read units of a plain one, which for the small head item is 2 RRU."""
+        seq, record, _ = self._at_head(session_id, task_id, None)
+        return seq, record
+
+    def task_and_doc_at_head(
+        self, session_id: str, task_id: str, key: str
+    ) -> tuple[int, TaskRecord | None, Doc | None]:
+        """:meth:`task_at_head` with a third item in the same ``TransactGetItems`` (up to 100
+        are allowed), the document: one request where a :meth:`get_doc` first takes two."""
+        return self._at_head(session_id, task_id, key)
+
+    def _at_head(
+        self, session_id: str, task_id: str, key: str | None
+    ) -> tuple[int, TaskRecord | None, Doc | None]:
         self._check_open()
-        head_key: dict[str, AttributeValueTypeDef] = {
-            PARTITION_KEY: {"S": session_id},
-            SORT_KEY: {"S": HEAD_SORT_KEY},
+        head: TransactGetItemTypeDef = {
+            "Get": {
+                "TableName": self.table_name,
+                "Key": {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": HEAD_SORT_KEY}},
+                "ProjectionExpression": "#seq, #exp",
+                "ExpressionAttributeNames": {"#seq": "seq", "#exp": EXPIRES_AT},
+            }
         }
-        task_key: dict[str, AttributeValueTypeDef] = {
-            PARTITION_KEY: {"S": session_id},
-            SORT_KEY: {"S": TASK_PREFIX + task_id},
-        }
+        sort_keys = [TASK_PREFIX + task_id]
+        if key is not None and fits_sort_key(DOC_PREFIX + key):  # else no document can be there
+            sort_keys.append(DOC_PREFIX + key)
+        gets: list[TransactGetItemTypeDef] = [head]
+        for sort_key in sort_keys:
+            item = {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": sort_key}}
+            gets.append({"Get": {"TableName": self.table_name, "Key": item}})
         out = self._retry.run(
-            "task_at_head",
-            lambda: self._ddb.transact_get_items(
-                TransactItems=[
-                    {
-                        "Get": {
-                            "TableName": self.table_name,
-                            "Key": head_key,
-                            "ProjectionExpression": "#seq, #exp",
-                            "ExpressionAttributeNames": {"#seq": "seq", "#exp": EXPIRES_AT},
-                        }
-                    },
-                    {"Get": {"TableName": self.table_name, "Key": task_key}},
-                ]
-            ),
+            "task_at_head", lambda: self._ddb.transact_get_items(TransactItems=gets)
         )
-        head, task = (r.get("Item") for r in out["Responses"])
         now = self._ends.now()
-        if not head or expired(head, now):
-            return 0, None  # never written, or expired: gone (bide.aws.retention)
-        if not task or expired(task, now):
-            return int(head["seq"]["N"]), None
-        return int(head["seq"]["N"]), TaskRecord.from_json(self._read_record(task))
+        head_item, task, doc = [*(r.get("Item") for r in out["Responses"]), None][:3]
+        if not head_item or expired(head_item, now):
+            return 0, None, None  # never written, or expired: gone (bide.aws.retention)
+        seq = int(head_item["seq"]["N"])
+        task, doc = (None if not i or expired(i, now) else i for i in (task, doc))
+        record = None if task is None else TaskRecord.from_json(self._read_record(task))
+        return seq, record, None if doc is None else self._doc_from_item(doc)
 
     # --- reads ------------------------------------------------------------------------------
 

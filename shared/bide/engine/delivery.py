@@ -21,14 +21,18 @@ from .budgets import check_commit
 from .clock import Clock
 from .errors import ConflictError
 from .heartbeats import decide_beat
+from .records import TaskRecord
 from .rules import STREAM_SUFFIX, SignalDecision, decide_signal, stream_key
 from .signals import SignalToken
 from .store.base import Doc, Store
 
 _ATTEMPTS = 16
+#: A session's sequence number and one of its tasks (or None), read together.
+AtHead = tuple[int, TaskRecord | None]
 
 __all__ = [
     "STREAM_SUFFIX",
+    "AtHead",
     "deliver_beat",
     "deliver_signal",
     "stream_key",
@@ -47,11 +51,16 @@ def deliver_signal(
     key: str,
     value: Any,
     clock: Clock,
+    *,
+    at_head: AtHead | None = None,
 ) -> SignalDecision:
     """Deliver one signal value to one task, reading only that task.
 
     A key whose slot left the task's record (consumed or expired) costs one document read,
     made after the sequence number was read, so the commit's condition covers it too.
+    ``at_head``: the sequence number and the task as the caller already read them together
+    (:meth:`~bide.engine.store.base.Store.task_and_doc_at_head`); the first attempt decides
+    on them instead of reading again, and a conflict reads afresh as always.
 
     Returns the decision (result, and which fields failed for ``invalid``). Raises
     :class:`~bide.engine.limits.ValueRefused` for a value over the limits (too deep, too
@@ -59,7 +68,9 @@ def deliver_signal(
     to write for every attempt; nothing is written for either.
     """
     for _ in range(_ATTEMPTS):
-        seq, record = store.task_at_head(session_id, task_id)  # one consistent read
+        # One consistent read (none on a first attempt given one).
+        seq, record = at_head if at_head is not None else store.task_at_head(session_id, task_id)
+        at_head = None
         moved = slots.lookup(lambda doc: _body(store.get_doc(session_id, doc)), task_id)
         decision = decide_signal(record, token, key, value, clock.now(), moved=moved)
         if decision.record is None:
@@ -76,14 +87,23 @@ def deliver_signal(
 
 
 def deliver_beat(
-    store: Store, session_id: str, task_id: str, signal: str, key: str, clock: Clock
+    store: Store,
+    session_id: str,
+    task_id: str,
+    signal: str,
+    key: str,
+    clock: Clock,
+    *,
+    at_head: AtHead | None = None,
 ) -> SignalDecision:
     """Deliver one heartbeat to one task, reading only that task
     (:func:`~bide.engine.heartbeats.decide_beat`): at most one write, conditioned on the
-    session's sequence number like :func:`deliver_signal`, and nothing else. Raises
-    :class:`ConflictError` if the session stayed too busy to write for every attempt."""
+    session's sequence number like :func:`deliver_signal`, and nothing else (``at_head`` as
+    there). Raises :class:`ConflictError` if the session stayed too busy to write for every
+    attempt."""
     for _ in range(_ATTEMPTS):
-        seq, record = store.task_at_head(session_id, task_id)
+        seq, record = at_head if at_head is not None else store.task_at_head(session_id, task_id)
+        at_head = None
         moved = slots.lookup(lambda doc: _body(store.get_doc(session_id, doc)), task_id)
         decision = decide_beat(record, signal, key, clock.now(), moved=moved)
         if decision.record is None:

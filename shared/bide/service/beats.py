@@ -17,18 +17,28 @@ from __future__ import annotations
 from typing import Any
 
 from ..constants import MAX_WEBHOOK_BODY_BYTES
-from ..engine.delivery import deliver_beat
+from ..engine.delivery import AtHead, deliver_beat
 from ..engine.errors import DefinitionError
 from ..engine.rules import SignalDecision
 from ..tools.webhooks import WebhookBinding, WebhookRejected, resolve, verify
 from .deps import Deps
 
 
-def beat(deps: Deps, session_id: str, task_id: str, signal: str, key: str) -> SignalDecision:
+def beat(
+    deps: Deps,
+    session_id: str,
+    task_id: str,
+    signal: str,
+    key: str,
+    *,
+    at_head: AtHead | None = None,
+) -> SignalDecision:
     """Deliver one beat: at most one conditional write, no wake. Raises
-    :class:`DefinitionError` when the app has no signal by that name (nothing written)."""
+    :class:`DefinitionError` when the app has no signal by that name (nothing written).
+    ``at_head``: the head and the task already read (see
+    :func:`~bide.engine.delivery.deliver_beat`)."""
     deps.app.signal_token(signal)
-    return deliver_beat(deps.store, session_id, task_id, signal, key, deps.clock)
+    return deliver_beat(deps.store, session_id, task_id, signal, key, deps.clock, at_head=at_head)
 
 
 def beat_webhook(

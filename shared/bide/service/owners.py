@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.errors import BideError, ConflictError, StoreUnavailable
+from ..engine.records import TaskRecord
 from ..engine.store.base import Doc, Store
 
 OWNER_KEY = "session/owner"
@@ -102,20 +103,39 @@ def caller_of(event: Mapping[str, Any], admins: Iterable[str]) -> Caller:
 
 def owner_of(store: Store, session_id: str) -> str | None:
     """The principal that created the session, or None when none was recorded."""
-    doc = store.get_doc(session_id, OWNER_KEY)
+    return _owner_in(store.get_doc(session_id, OWNER_KEY))
+
+
+def _owner_in(doc: Doc | None) -> str | None:
     if doc is None or not isinstance(doc.body, dict):
         return None
     owner = doc.body.get("principal")
     return owner if isinstance(owner, str) else None
 
 
+def _check(owner: str | None, session_id: str, caller: Caller) -> None:
+    if not caller.admin and owner is not None and owner != caller.principal:
+        raise NotAllowed(f"session {session_id!r} belongs to another principal")
+
+
 def check_access(store: Store, session_id: str, caller: Caller) -> None:
     """Raise :class:`NotAllowed` unless ``caller`` may use the session (see the module)."""
     if caller.admin:
-        return
-    owner = owner_of(store, session_id)
-    if owner is not None and owner != caller.principal:
-        raise NotAllowed(f"session {session_id!r} belongs to another principal")
+        return  # no read needed
+    _check(owner_of(store, session_id), session_id, caller)
+
+
+def task_at_head_for(
+    store: Store, session_id: str, task_id: str, caller: Caller
+) -> tuple[int, TaskRecord | None]:
+    """:meth:`~bide.engine.store.base.Store.task_at_head` for ``caller``: the owner document,
+    the head and the task in one read (:meth:`~bide.engine.store.base.Store.task_and_doc_at_head`,
+    one ``TransactGetItems`` on DynamoDB where :func:`check_access` then the read take two).
+    Raises :class:`NotAllowed` exactly when :func:`check_access` would, before the caller
+    decides or writes anything; otherwise the sequence number and the task, to deliver with."""
+    seq, record, owner = store.task_and_doc_at_head(session_id, task_id, OWNER_KEY)
+    _check(_owner_in(owner), session_id, caller)
+    return seq, record
 
 
 def index_partition(principal: str) -> str:

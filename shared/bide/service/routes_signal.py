@@ -30,7 +30,7 @@ from . import observability as obs
 from .beats import beat, beat_webhook
 from .deps import Deps
 from .failure_body import delivery_of
-from .owners import NoPrincipal, NotAllowed, caller_of, check_access
+from .owners import NoPrincipal, NotAllowed, caller_of, task_at_head_for
 from .paths import MAX_NAME, SESSION_ID_PATTERN
 from .signals import STATUS_OF, deliver, deliver_webhook, parse_json_body
 from .transport import BUSY_ERROR, RETRY_AFTER, json_text, request_body, require
@@ -138,10 +138,11 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
         signal, key = _decoded(signal), _decoded(key)
         body, headers = request()
         _check_path(session_id, {"task_id": task_id, "signal": signal, "key": key})
-        # IAM-authorised like the sessions API: the session's owner and administrators only.
+        # IAM-authorised like the sessions API: the session's owner and administrators only,
+        # checked on the one read that also gives the head and the task to deliver with.
         try:
             caller = caller_of(app.current_event.raw_event, current.admin_principals)
-            check_access(current.store, session_id, caller)
+            at_head = task_at_head_for(current.store, session_id, task_id, caller)
         except (NotAllowed, NoPrincipal) as exc:
             raise WebhookRejected(403, str(exc)) from None
         parsed = parse_json_body(body, headers.get("content-type"))
@@ -152,7 +153,7 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
             current.app.signal_token(signal)
         except DefinitionError as exc:
             raise WebhookRejected(404, str(exc)) from None
-        decision = deliver(current, session_id, task_id, signal, key, value)
+        decision = deliver(current, session_id, task_id, signal, key, value, at_head=at_head)
         return delivered(route, decision, session_id, task_id)
 
     # --- heartbeats: the same checks as a value's request, then a beat (no body parsed) ---
@@ -174,14 +175,14 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
         _check_path(session_id, {"task_id": task_id, "signal": signal, "key": key})
         try:
             caller = caller_of(app.current_event.raw_event, current.admin_principals)
-            check_access(current.store, session_id, caller)
+            at_head = task_at_head_for(current.store, session_id, task_id, caller)
         except (NotAllowed, NoPrincipal) as exc:
             raise WebhookRejected(403, str(exc)) from None
         try:  # only the app's answer about the caller's signal name is the caller's to read
             current.app.signal_token(signal)
         except DefinitionError as exc:
             raise WebhookRejected(404, str(exc)) from None
-        decision = beat(current, session_id, task_id, signal, key)
+        decision = beat(current, session_id, task_id, signal, key, at_head=at_head)
         return delivered("signal_beat", decision, session_id, task_id)
 
     def wrong_method(method: str, template: str) -> Callable[[], Response[Any]]:

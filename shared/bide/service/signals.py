@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..constants import MAX_WEBHOOK_BODY_BYTES
-from ..engine.delivery import deliver_signal
+from ..engine.delivery import AtHead, deliver_signal
 from ..engine.errors import DefinitionError
 from ..engine.limits import ValueRefused
 from ..engine.rules import SignalDecision
@@ -27,7 +27,14 @@ STATUS_OF: dict[SignalResult, int] = {
 
 
 def deliver(
-    deps: Deps, session_id: str, task_id: str, signal: str, key: str, value: Any
+    deps: Deps,
+    session_id: str,
+    task_id: str,
+    signal: str,
+    key: str,
+    value: Any,
+    *,
+    at_head: AtHead | None = None,
 ) -> SignalDecision:
     """Store the value, then queue one wake (docs/reliability.md, "One wake per signal").
     A :class:`~bide.engine.failures.SignalFailure` as ``value`` is stored and woken for
@@ -38,10 +45,14 @@ def deliver(
 
     The wake is queued only once the value is stored, so the worker it reaches always finds
     the value. A ``duplicate`` wakes the session too: a sender retries when it got no 2xx, and
-    the attempt it retries may have died between storing the value and queueing its wake."""
+    the attempt it retries may have died between storing the value and queueing its wake.
+    ``at_head``: the head and the task already read (see
+    :func:`~bide.engine.delivery.deliver_signal`)."""
     token = deps.app.signal_token(signal)
     try:
-        decision = deliver_signal(deps.store, session_id, task_id, token, key, value, deps.clock)
+        decision = deliver_signal(
+            deps.store, session_id, task_id, token, key, value, deps.clock, at_head=at_head
+        )
     except ValueRefused as exc:
         raise WebhookRejected(exc.status, str(exc)) from None
     if decision.result in _STORED:

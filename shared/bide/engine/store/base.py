@@ -101,6 +101,15 @@ class Store(Protocol):
         decides on that task alone and commits conditioned on that sequence number."""
         ...
 
+    def task_and_doc_at_head(
+        self, session_id: str, task_id: str, key: str
+    ) -> tuple[int, TaskRecord | None, Doc | None]:
+        """:meth:`task_at_head` and one document (or None) of the same session, all three as
+        they stood together at that sequence number: one consistent read, for a writer that
+        also decides on that document (whether the caller owns the session) before it
+        commits."""
+        ...
+
     def commit(
         self,
         session_id: str,

@@ -79,6 +79,18 @@ class SQLiteStore:
 
     def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
         """The sequence number and one task, read in one transaction."""
+        seq, record, _ = self._at_head(session_id, task_id, None)
+        return seq, record
+
+    def task_and_doc_at_head(
+        self, session_id: str, task_id: str, key: str
+    ) -> tuple[int, TaskRecord | None, Doc | None]:
+        """The sequence number, one task and one document, read in one transaction."""
+        return self._at_head(session_id, task_id, key)
+
+    def _at_head(
+        self, session_id: str, task_id: str, key: str | None
+    ) -> tuple[int, TaskRecord | None, Doc | None]:
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -87,9 +99,15 @@ class SQLiteStore:
                     "SELECT body FROM tasks WHERE session_id = ? AND task_id = ?",
                     (session_id, task_id),
                 ).fetchone()
+                doc = None
+                if key is not None:
+                    doc = self._db.execute(
+                        "SELECT body FROM docs WHERE session_id = ? AND key = ?", (session_id, key)
+                    ).fetchone()
             finally:
                 self._db.execute("COMMIT")
-        return seq, None if row is None else TaskRecord.from_json(row[0])
+        record = None if row is None else TaskRecord.from_json(row[0])
+        return seq, record, None if doc is None or key is None else Doc(key, json.loads(doc[0]))
 
     def commit(
         self,

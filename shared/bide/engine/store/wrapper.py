@@ -36,6 +36,12 @@ class StoreWrapper:
         """See :meth:`bide.engine.store.Store.task_at_head`."""
         return self.inner.task_at_head(session_id, task_id)
 
+    def task_and_doc_at_head(
+        self, session_id: str, task_id: str, key: str
+    ) -> tuple[int, TaskRecord | None, Doc | None]:
+        """See :meth:`bide.engine.store.Store.task_and_doc_at_head`."""
+        return self.inner.task_and_doc_at_head(session_id, task_id, key)
+
     def commit(
         self,
         session_id: str,
