@@ -103,14 +103,19 @@ class HttpServer:
         )
 
     async def close(self) -> None:
-        """Stop accepting, then cancel connections still being served."""
+        """Stop accepting, cancel connections still being served, then wait for the server.
+
+        The order matters: since Python 3.12.1 ``Server.wait_closed()`` also waits for every
+        open connection, and an event stream (SSE) whose client went away is only noticed at
+        its next keep-alive write, so waiting first would hang the close."""
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
         tasks = list(self._connections)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
