@@ -178,8 +178,8 @@ def test_a_webhook_beat_with_an_empty_body_moves_the_deadline(bench: Bench) -> N
     bench.clock.advance(60)
     answer, made = counted(bench, lambda: post(bench, hook_beat(token)))
     assert answer == (202, {"result": "delivered", "errors": []})
-    # The binding's read, the head and task read together, the commit: no SendMessage.
-    assert made == ["GetItem", "TransactGetItems", "TransactWriteItems"]
+    # The binding, the head and the task read together, the commit: no SendMessage.
+    assert made == ["TransactGetItems", "TransactWriteItems"]
     assert bench.task(sid, task_id).state.beat_by == bench.clock.now() + BEAT
     assert bench.queued() == []
     # Missed: the tool call wakes with its keys expired.

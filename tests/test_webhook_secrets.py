@@ -45,7 +45,7 @@ from bide import Harness, SignalValue, SQLiteStore, define_signal
 from bide.app import App
 from bide.engine.errors import StoreUnavailable
 from bide.service.http import handle_signal
-from bide.service.webhooks import make_token, mint_webhook, parse_token, sign
+from bide.service.webhooks import make_token, mint_webhook, parse_token, sign, token_parts
 from bide.tools import Sleep, ToolRegistry, ToolResult, define_tool
 from bide.workflow import define_workflow_tool
 
@@ -106,8 +106,11 @@ CALLS = [("hold", {"form": form}) for form in FORM_KEYS] + [("flow", {})]
 # --- dumping and checking ------------------------------------------------------------------
 
 # Anchored at the start of a run of the alphabet (a look-behind), so long runs of it (the
-# checkpoints' padding) are scanned once, not once per position.
-TOKEN_SHAPED = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]+\.[0-9a-f]{32,64}\.[0-9a-f]{48}")
+# checkpoints' padding) are scanned once, not once per position. Both forms: the four-part
+# ``<session>.<task>.<nonce>.<mac>`` minted now and the three-part one minted before.
+TOKEN_SHAPED = re.compile(
+    r"(?<![A-Za-z0-9_.-])[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)?\.[0-9a-f]{32,64}\.[0-9a-f]{48}"
+)
 HEX_RUN = re.compile(r"(?<![0-9a-f])[0-9a-f]{48,}")
 
 
@@ -142,12 +145,14 @@ def flatten(value: Any) -> Iterator[str]:
 
 
 def candidates(dump: str, real: list[str]) -> set[str]:
-    """Every token-shaped string in ``dump``, and a token for each (session, nonce) of a
-    minted webhook with each 48-character window of every hex run as its mac."""
+    """Every token-shaped string in ``dump``, and tokens of both forms for each (session,
+    task, nonce) of a minted webhook with each 48-character window of every hex run as its
+    mac."""
     found = set(TOKEN_SHAPED.findall(dump))
     macs = {run[i : i + 48] for run in HEX_RUN.findall(dump) for i in range(len(run) - 47)}
-    pairs = {parse_token(token)[:2] for token in real}
-    found |= {make_token(sid, nonce, mac) for sid, nonce in pairs for mac in macs}
+    named = {(p.session_id, p.task_id, p.nonce) for p in map(token_parts, real)}
+    for sid, task_id, nonce in named:
+        found |= {make_token(sid, nonce, mac, task) for mac in macs for task in (None, task_id)}
     return found
 
 

@@ -14,14 +14,13 @@ signed webhook is refused (401).
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..constants import MAX_WEBHOOK_BODY_BYTES
 from ..engine.delivery import AtHead, deliver_beat
 from ..engine.errors import DefinitionError
 from ..engine.rules import SignalDecision
-from ..tools.webhooks import WebhookBinding, WebhookRejected, resolve, verify
+from ..tools.webhooks import WebhookBinding, WebhookRejected, verify
 from .deps import Deps
+from .webhook_read import read_webhook
 
 
 def beat(
@@ -46,19 +45,16 @@ def beat_webhook(
 ) -> tuple[SignalDecision, WebhookBinding]:
     """Check a webhook beat (token, size, signature when the binding asks for one) and deliver
     it. Raises :class:`WebhookRejected` as a value's request would be refused."""
-
-    def find(session_id: str, key: str) -> Any:
-        found = deps.store.get_doc(session_id, key)
-        return None if found is None else found.body
-
-    binding = resolve(token, find, deps.webhook_keys)
+    binding, at_head = read_webhook(deps, token)  # one read for a four-part token
     if len(body) > MAX_WEBHOOK_BODY_BYTES:
         raise WebhookRejected(
             413, f"body is {len(body)} bytes; the limit is {MAX_WEBHOOK_BODY_BYTES}"
         )
     verify(binding, {k.lower(): v for k, v in headers.items()}, body, deps.clock.now())
     try:
-        decision = beat(deps, binding.session_id, binding.task_id, binding.signal, binding.key)
+        decision = beat(
+            deps, binding.session_id, binding.task_id, binding.signal, binding.key, at_head=at_head
+        )
     except DefinitionError:
         raise WebhookRejected(404, f"signal {binding.signal!r} is not deliverable here") from None
     return decision, binding

@@ -11,10 +11,11 @@ from ..engine.errors import DefinitionError
 from ..engine.limits import ValueRefused
 from ..engine.rules import SignalDecision
 from ..engine.signals import SignalResult
-from ..tools.webhooks import WebhookBinding, WebhookRejected, resolve, verify
+from ..tools.webhooks import WebhookBinding, WebhookRejected, verify
 from .deps import Deps
 from .failure_body import delivery_of
 from .json_body import JsonRefused, strict_json
+from .webhook_read import read_webhook
 
 # What each result means to an HTTP caller.
 STATUS_OF: dict[SignalResult, int] = {
@@ -94,13 +95,9 @@ def deliver_webhook(
     """Check a webhook request and deliver its body. Raises :class:`WebhookRejected` for an
     unknown token, a bad signature, an oversized, mistyped or malformed body. ``failure``:
     the body is a failure (the ``/failure`` route); either way a ``$failure`` envelope is
-    one (:mod:`bide.service.failure_body`)."""
-
-    def find(session_id: str, key: str) -> Any:
-        found = deps.store.get_doc(session_id, key)
-        return None if found is None else found.body
-
-    binding = resolve(token, find, deps.webhook_keys)
+    one (:mod:`bide.service.failure_body`). A four-part token's binding, head and task are one
+    read (:func:`~bide.service.webhook_read.read_webhook`), which the delivery decides on."""
+    binding, at_head = read_webhook(deps, token)  # one read for a four-part token
     session_id = binding.session_id
     lowered = {k.lower(): v for k, v in headers.items()}
     if len(body) > MAX_WEBHOOK_BODY_BYTES:  # before any work on it
@@ -110,7 +107,9 @@ def deliver_webhook(
     verify(binding, lowered, body, deps.clock.now())
     value = delivery_of(parse_json_body(body, lowered.get("content-type")), failure_route=failure)
     try:
-        decision = deliver(deps, session_id, binding.task_id, binding.signal, binding.key, value)
+        decision = deliver(
+            deps, session_id, binding.task_id, binding.signal, binding.key, value, at_head=at_head
+        )
     except DefinitionError:
         raise WebhookRejected(404, f"signal {binding.signal!r} is not deliverable here") from None
     return decision, binding

@@ -7,10 +7,12 @@ import path the services, the functions and users' apps have always used.
 
 from ..tools.webhook_keys import StaticWebhookKeys, WebhookKeys, keys_of, process_keys
 from ..tools.webhooks import (
+    TokenParts,
     Webhook,
     WebhookBinding,
     WebhookRejected,
     binding_key,
+    check_binding,
     derive_mac,
     make_token,
     mint_webhook,
@@ -18,16 +20,19 @@ from ..tools.webhooks import (
     resolve,
     sign,
     token_of,
+    token_parts,
     verify,
 )
 
 __all__ = [
     "StaticWebhookKeys",
+    "TokenParts",
     "Webhook",
     "WebhookBinding",
     "WebhookKeys",
     "WebhookRejected",
     "binding_key",
+    "check_binding",
     "derive_mac",
     "keys_of",
     "make_token",
@@ -37,5 +42,6 @@ __all__ = [
     "resolve",
     "sign",
     "token_of",
+    "token_parts",
     "verify",
 ]

@@ -5,13 +5,17 @@ The capability itself, not its transport: tokens, binding documents, signatures,
 ``ctx.webhook()`` (:mod:`bide.workflow`), and every host that delivers a request (the signal
 function, the local stack, :func:`bide.workflow.post_webhook`) checks it with the same code.
 
-A token is ``<session id, base64url>.<nonce>.<mac>``. The nonce (128 random bits, memoized by
-the minting call so a rerun hands out the same URL) names the session's binding document
-``hook/<nonce>``; the mac is :func:`derive_mac`, an HMAC-SHA256 under the deployment's key
+A token is ``<session id, base64url>.<task id, base64url>.<nonce>.<mac>``. The nonce (128 random
+bits, memoized by the minting call so a rerun hands out the same URL) names the session's
+binding document ``hook/<nonce>``; the task id lets the webhook route read that binding, the
+session's head and the task in one consistent read (the binding's task must be the token's);
+the mac is :func:`derive_mac`, an HMAC-SHA256 under the deployment's key
 (:mod:`bide.tools.webhook_keys`) of everything the binding says: session, task, signal, key
 and nonce, truncated to 192 bits. Nothing the store holds is a token: the mac is never
 written, and checking a request recomputes it from the stored binding and compares in
-constant time. A binding may also require an HMAC-SHA256 signature over
+constant time. Tokens minted before the task joined them, ``<session>.<nonce>.<mac>``, are
+still accepted (their URLs are long-lived): the route then reads the binding first to learn
+the task. A binding may also require an HMAC-SHA256 signature over
 ``"<timestamp>.<body>"`` with a timestamp window (the sender's secret, which the tool chose).
 """
 
@@ -24,6 +28,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -99,59 +104,116 @@ def derive_mac(key: bytes, binding: WebhookBinding) -> str:
     return hmac.new(key, identity.encode(), hashlib.sha256).hexdigest()[:_MAC_CHARS]
 
 
-def make_token(session_id: str, nonce: str, mac: str) -> str:
-    """``<session>.<nonce>.<mac>`` with the session id base64url-encoded (no padding)."""
-    encoded = base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
-    return f"{encoded}.{nonce}.{mac}"
+#: A task id longer than this (UTF-8 bytes) is left out of its tokens: they take the
+#: three-part form, whose binding names the task (a path and a store key stay small).
+MAX_TOKEN_TASK_BYTES = 256
+
+
+@dataclass(frozen=True)
+class TokenParts:
+    """What a token says: its session, its task (None for a three-part token, minted before
+    tokens carried the task), the nonce naming its binding and the mac to check."""
+
+    session_id: str
+    task_id: str | None
+    nonce: str
+    mac: str
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _unb64(encoded: str) -> str | None:
+    # Only the canonical encoding: the decoder skips stray characters and ignores a final
+    # character's spare bits, and a token altered that way must be refused, not read as is.
+    try:
+        text = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return text if text and _b64(text) == encoded else None
+
+
+def make_token(session_id: str, nonce: str, mac: str, task_id: str | None = None) -> str:
+    """``<session>.<task>.<nonce>.<mac>`` with the ids base64url-encoded (no padding); without
+    ``task_id`` (or one over :data:`MAX_TOKEN_TASK_BYTES`), the three-part
+    ``<session>.<nonce>.<mac>``."""
+    if task_id is None or not 0 < len(task_id.encode()) <= MAX_TOKEN_TASK_BYTES:
+        return f"{_b64(session_id)}.{nonce}.{mac}"
+    return f"{_b64(session_id)}.{_b64(task_id)}.{nonce}.{mac}"
 
 
 def token_of(binding: WebhookBinding, keys: WebhookKeys) -> str:
     """The token of ``binding`` under the current key (what is handed out and listed)."""
-    return make_token(binding.session_id, binding.nonce, derive_mac(keys.current(), binding))
+    mac = derive_mac(keys.current(), binding)
+    return make_token(binding.session_id, binding.nonce, mac, binding.task_id)
+
+
+def token_parts(token: str) -> TokenParts:
+    """Read a token of either form; raises :class:`WebhookRejected` (404) for anything else,
+    before any read."""
+    pieces = token.split(".")
+    if len(pieces) == 3:
+        (encoded, nonce, mac), encoded_task = pieces, None
+    elif len(pieces) == 4:
+        encoded, encoded_task, nonce, mac = pieces
+    else:
+        raise WebhookRejected(404, _UNKNOWN)
+    if not NONCE_PATTERN.fullmatch(nonce) or not _MAC_PATTERN.fullmatch(mac):
+        raise WebhookRejected(404, _UNKNOWN)
+    session_id = _unb64(encoded)
+    task_id = None if encoded_task is None else _unb64(encoded_task)
+    if session_id is None or (encoded_task is not None and task_id is None):
+        raise WebhookRejected(404, _UNKNOWN)
+    if task_id is not None and len(task_id.encode()) > MAX_TOKEN_TASK_BYTES:
+        raise WebhookRejected(404, _UNKNOWN)  # never minted: such a task gets three parts
+    return TokenParts(session_id, task_id, nonce, mac)
 
 
 def parse_token(token: str) -> tuple[str, str, str]:
-    """The session id, nonce and mac in a token; raises :class:`WebhookRejected` (404)."""
-    encoded, nonce, mac = [*token.split("."), "", ""][:3]
-    if (
-        token.count(".") != 2
-        or not encoded
-        or not NONCE_PATTERN.fullmatch(nonce)
-        or not _MAC_PATTERN.fullmatch(mac)
-    ):
-        raise WebhookRejected(404, _UNKNOWN)
-    try:
-        session_id = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        raise WebhookRejected(404, _UNKNOWN) from None
-    return session_id, nonce, mac
+    """The session id, nonce and mac in a token of either form; raises
+    :class:`WebhookRejected` (404)."""
+    parts = token_parts(token)
+    return parts.session_id, parts.nonce, parts.mac
 
 
-def resolve(
-    token: str, find: Callable[[str, str], Mapping[str, Any] | None], keys: WebhookKeys
+def check_binding(
+    parts: TokenParts, found: Mapping[str, Any] | None, keys: WebhookKeys
 ) -> WebhookBinding:
-    """The binding ``token`` is for: ``find(session_id, doc_key)`` reads the session's binding
-    document, and the token's mac must be the one derived from it under one of ``keys``'
-    accepted keys (compared in constant time). Raises :class:`WebhookRejected` (404, the same
-    answer for every way a token can be wrong)."""
-    session_id, nonce, mac = parse_token(token)
-    found = find(session_id, binding_key(nonce))
+    """The binding a token (``parts``) is for, given the document found under its nonce
+    (``found``, None when there is none): it must name the token's session, nonce and (for a
+    four-part token) task, and the token's mac must be the one derived from it under one of
+    ``keys``' accepted keys (compared in constant time). Raises :class:`WebhookRejected` (404,
+    the same answer for every way a token can be wrong)."""
     if found is None:
         raise WebhookRejected(404, _UNKNOWN)
     try:
         binding = WebhookBinding.model_validate(found)
     except ValidationError:
         raise WebhookRejected(404, _UNKNOWN) from None
-    if binding.session_id != session_id or binding.nonce != nonce:
+    if binding.session_id != parts.session_id or binding.nonce != parts.nonce:
+        raise WebhookRejected(404, _UNKNOWN)
+    # The route read the head and the task the token names: they must be the binding's.
+    if parts.task_id is not None and binding.task_id != parts.task_id:
         raise WebhookRejected(404, _UNKNOWN)
     # Every accepted key is tried, not the first that matches: the time taken does not say
     # which key (or whether any) matched.
     matched = False
     for key in keys.accepted():
-        matched |= hmac.compare_digest(derive_mac(key, binding), mac)
+        matched |= hmac.compare_digest(derive_mac(key, binding), parts.mac)
     if not matched:
         raise WebhookRejected(404, _UNKNOWN)
     return binding
+
+
+def resolve(
+    token: str, find: Callable[[str, str], Mapping[str, Any] | None], keys: WebhookKeys
+) -> WebhookBinding:
+    """The binding ``token`` (either form) is for: ``find(session_id, doc_key)`` reads the
+    session's binding document, checked by :func:`check_binding`. Raises
+    :class:`WebhookRejected` (404, the same answer for every way a token can be wrong)."""
+    parts = token_parts(token)
+    return check_binding(parts, find(parts.session_id, binding_key(parts.nonce)), keys)
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
