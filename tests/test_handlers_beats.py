@@ -42,6 +42,12 @@ def hook_beat(token: str, raw: bytes | None = None, **kw: Any) -> dict:
     return http_event("POST", f"/hooks/{token}/heartbeat", raw=raw, route_key=route, **kw)
 
 
+def counted(b: Bench, action: Any) -> tuple[Any, list[str]]:
+    """``action()``'s result and the AWS requests it made (DynamoDB, SQS, Scheduler), sorted."""
+    result, made = b.aws_requests(action)
+    return result, sorted(op for op, _ in made)
+
+
 def parked(b: Bench, **round_: Any) -> tuple[str, str]:
     sid = unique("s")
     task_id = b.start_napper([{"keys": ["k"], "after": 2 * HOUR, "heartbeat": BEAT, **round_}], sid)
@@ -65,9 +71,9 @@ def test_a_beat_reads_writes_once_and_queues_no_wake(bench: Bench) -> None:
     # (the owner check rides on it), the conditional commit. No SendMessage: no worker runs
     # for a beat.
     sid, task_id = parked(bench)
-    (status, _), made = bench.aws_requests(lambda: bench.post_signal(beat_event(sid, task_id)))
+    (status, _), made = counted(bench, lambda: bench.post_signal(beat_event(sid, task_id)))
     assert status == 202
-    assert sorted(op for op, _ in made) == ["TransactGetItems", "TransactWriteItems"]
+    assert made == ["TransactGetItems", "TransactWriteItems"]
     assert bench.queued() == []
 
 
@@ -156,10 +162,10 @@ def parked_hook(b: Bench, **arguments: Any) -> tuple[str, str, str]:
 def test_a_webhook_beat_with_an_empty_body_moves_the_deadline(bench: Bench) -> None:
     sid, task_id, token = parked_hook(bench)
     bench.clock.advance(60)
-    answer, made = bench.aws_requests(lambda: bench.post_signal(hook_beat(token)))
+    answer, made = counted(bench, lambda: bench.post_signal(hook_beat(token)))
     assert answer == (202, {"result": "delivered", "errors": []})
     # The binding's read, the head and task read together, the commit: no SendMessage.
-    assert sorted(op for op, _ in made) == ["GetItem", "TransactGetItems", "TransactWriteItems"]
+    assert made == ["GetItem", "TransactGetItems", "TransactWriteItems"]
     assert bench.task(sid, task_id).state.beat_by == bench.clock.now() + BEAT
     assert bench.queued() == []
     # Missed: the tool call wakes with its keys expired.
@@ -196,8 +202,8 @@ def test_the_spare_wake_a_beat_leaves_costs_one_load_and_one_arming(bench: Bench
     bench.clock.advance(120)
     bench.fire_alarm(sid)
     # The SQS requests are the bench's poller (ReceiveMessage, DeleteMessage), not bide's.
-    _, requests = bench.aws_requests(bench.drain)
-    made = [name for name, _ in requests if name not in ("ReceiveMessage", "DeleteMessage")]
+    _, made = counted(bench, bench.drain)
+    made = [name for name in made if name not in ("ReceiveMessage", "DeleteMessage")]
     # The fired schedule deleted itself (ActionAfterCompletion DELETE): a create, not an update.
     assert sorted(made) == ["CreateSchedule", "Query"]
     assert bench.task(sid, task_id).state.status == "sleeping"
