@@ -6,13 +6,15 @@ keys expire (:func:`~bide.engine.rules.sleep_wakeup`). A beat is not a value: it
 occupies the key, so the value that ends the wait can still come on it.
 
 :func:`decide_beat` answers with the results of a signal value
-(:class:`~bide.engine.signals.SignalResult`), checked in this order:
+(:class:`~bide.engine.signals.SignalResult`), checked in this order (the same checks as a
+value's, :func:`~bide.engine.rules.refuse_key`):
 
 * ``not_found``: no such task;
-* ``closed``: the task ended, is ending or is abort-marked; or the key expired; or the
-  deadline of a sleep on the key (``until`` or ``beat_by``) has passed. As for a value, the
-  key is then marked expired, so nothing later can contradict the answer;
+* ``closed``: the task ended, is ending or is abort-marked;
 * ``duplicate``: the key already holds a value: the wait it served is over (or about to be);
+* ``closed``: the key expired, or the deadline of a sleep on the key (``until`` or
+  ``beat_by``) has passed. As for a value, the key is then marked expired, so nothing later
+  can contradict the answer;
 * ``delivered``: for a sleep on the key with a heartbeat, ``beat_by`` becomes
   ``now + heartbeat`` (the record to write); otherwise nothing is written: the heartbeat
   clock starts when the sleep parks, so a beat before that (or for a wait without a
