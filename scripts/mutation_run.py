@@ -43,7 +43,7 @@ class Mutant:
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="commit-condition-dynamodb",
-        path="shared/bide/aws/dynamodb.py",
+        path="shared/bide/aws/head.py",
         find='_HEAD_AT_EXPECTED_SEQ: Final = "#seq = :expected"',
         replace='_HEAD_AT_EXPECTED_SEQ: Final = "#seq >= :expected"',
         tests=("tests/test_proof_races.py",),

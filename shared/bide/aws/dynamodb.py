@@ -8,6 +8,7 @@ commit holds at most :data:`~bide.engine.store.base.MAX_COMMIT_ITEMS` (99) of th
 
 Each of the other parts is its own argument, in its own module: :mod:`bide.aws.table` (the
 table, its item layout and DynamoDB's limits, :func:`table_definition`, :func:`create_table`),
+:mod:`bide.aws.head` (the head's conditioned write and its manifest of live tasks),
 :mod:`bide.aws.offload` (items from records and documents, and the S3 offload of large ones)
 and :mod:`bide.aws.retry` (retries with backoff, which errors are transient, conflicts and the
 ``ClientRequestToken`` that makes a resent commit apply at most once). The names other code
@@ -33,8 +34,9 @@ from ..engine.records import TaskRecord
 from ..engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot, check_absent
 from . import offload, table
 from .absent import absent_check, present
+from .head import head_action
 from .offload import DEFAULT_OFFLOAD_THRESHOLD, S3Offload
-from .retention import ENDED_AT, EXPIRES_AT, NOT_ENDED, End, Retaining, expired
+from .retention import ENDED_AT, EXPIRES_AT, Retaining, expired
 from .retry import ChecksFailed, Retrier, new_client, request_token, transact
 from .table import (
     DOC_PREFIX,
@@ -80,17 +82,6 @@ __all__ = [
 
 # --- conditions -----------------------------------------------------------------------------
 
-# The first commit of a session creates its head. Two writers that both saw an empty session
-# must not both succeed: the second one would silently overwrite the first one's head. A head
-# past its expiry counts as absent (readers see a session never written: bide.aws.retention),
-# so its id can start afresh before TTL gets round to deleting it.
-_HEAD_ABSENT: Final = "attribute_not_exists(#pk) OR #exp <= :now"
-
-# Every later commit is the optimistic-concurrency guard of the whole design: the head (and so
-# every task write in the same transaction) is written only if nobody committed since the
-# writer loaded. A missing head fails this too (a session never written has seq 0).
-_HEAD_AT_EXPECTED_SEQ: Final = "#seq = :expected"
-
 # A key the commit requires absent is one ConditionCheck, named in bide.aws.absent.
 
 # Task Puts carry no condition of their own on purpose: the head's condition decides for the
@@ -107,12 +98,6 @@ _SESSION_PARTITION: Final = "#pk = :pk"
 # the only case that needs it). The range's end stays the service's business: no reading past
 # the prefix and stopping on the client.
 _DOCS_UNDER_PREFIX: Final = "#pk = :pk AND begins_with(#sk, :prefix)"
-
-
-# A commit that believes the session has not ended (it has no fresher knowledge) must not
-# write unstamped items into an ended one: the head's condition checks the belief too, and a
-# failure at the expected seq sends the commit again knowing the end.
-_HEAD_AT_EXPECTED_SEQ_NOT_ENDED: Final = "#seq = :expected AND attribute_not_exists(#ended)"
 
 
 class DynamoDBStore(Retaining):
@@ -310,9 +295,10 @@ class DynamoDBStore(Retaining):
             for p in prepared:
                 if p.offload:
                     self._offload.put(p, ended=end.expires_at is not None)
-            actions = [self._head_action(session_id, expected_seq, token, records, end)]
-            actions += [self._put_action(session_id, new_seq, p, end.expires_at) for p in prepared]
             now = math.floor(self._ends.now())
+            head = head_action(self.table_name, session_id, expected_seq, token, records, end, now)
+            actions = [head]
+            actions += [self._put_action(session_id, new_seq, p, end.expires_at) for p in prepared]
             actions += [absent_check(self.table_name, session_id, k, now) for k in checked]
             try:
                 self._retry.run(
@@ -433,83 +419,6 @@ class DynamoDBStore(Retaining):
         self._offload.close()
 
     # --- commit -----------------------------------------------------------------------------
-
-    def _head_action(
-        self,
-        session_id: str,
-        expected_seq: int,
-        token: str,
-        records: list[TaskRecord],
-        ending: End = NOT_ENDED,
-    ) -> TransactWriteItemTypeDef:
-        """The head's write: the seq guard, the new seq and token, and the manifest updated for
-        the task writes (documents are not in the manifest); for the commit that ends the
-        session, its end and expiry."""
-        new_seq = str(expected_seq + 1)
-        end: dict[str, AttributeValueTypeDef] = {}
-        if ending.ends and ending.ended_at is not None:
-            end[ENDED_AT] = {"N": repr(ending.ended_at)}
-            if ending.expires_at is not None:
-                end[EXPIRES_AT] = {"N": str(ending.expires_at)}
-        if expected_seq == 0:
-            live: dict[str, AttributeValueTypeDef] = {
-                r.id: {"N": new_seq} for r in records if r.live
-            }
-            return {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": {
-                        PARTITION_KEY: {"S": session_id},
-                        SORT_KEY: {"S": HEAD_SORT_KEY},
-                        LIVE_INDEX_KEY: {"S": HEAD_SORT_KEY},
-                        "seq": {"N": new_seq},
-                        "txn": {"S": token},
-                        "live": {"M": live},
-                        **end,
-                    },
-                    "ConditionExpression": _HEAD_ABSENT,
-                    "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#exp": EXPIRES_AT},
-                    "ExpressionAttributeValues": {":now": {"N": str(math.floor(self._ends.now()))}},
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }
-            }
-        names = {"#seq": "seq", "#txn": "txn"}
-        if ending.guessed:
-            names["#ended"] = ENDED_AT
-        sets = ["#seq = :next", "#txn = :txn"]
-        values: dict[str, AttributeValueTypeDef] = {}
-        for n, (name, value) in enumerate(end.items()):
-            names[f"#e{n}"] = name
-            values[f":e{n}"] = value
-            sets.append(f"#e{n} = :e{n}")
-        removes: list[str] = []
-        for n, r in enumerate(records):
-            # DynamoDB rejects unused placeholders, so "#live" only comes with a task write.
-            names["#live"] = "live"
-            names[f"#t{n}"] = r.id
-            if r.live:
-                sets.append(f"#live.#t{n} = :next")
-            else:
-                removes.append(f"#live.#t{n}")
-        update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
-        return {
-            "Update": {
-                "TableName": self.table_name,
-                "Key": {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": HEAD_SORT_KEY}},
-                "UpdateExpression": update,
-                "ConditionExpression": (
-                    _HEAD_AT_EXPECTED_SEQ_NOT_ENDED if ending.guessed else _HEAD_AT_EXPECTED_SEQ
-                ),
-                "ExpressionAttributeNames": names,
-                "ExpressionAttributeValues": {
-                    ":expected": {"N": str(expected_seq)},
-                    ":next": {"N": new_seq},
-                    ":txn": {"S": token},
-                    **values,
-                },
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
 
     def _put_action(
         self, session_id: str, new_seq: int, p: offload.Prepared, expires_at: int | None
