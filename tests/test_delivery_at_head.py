@@ -7,7 +7,7 @@ wrapper."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from kit import ANSWER, Kit, run
@@ -25,7 +25,7 @@ from bide import (
     deliver_signal,
 )
 from bide.engine.records import TaskRecord
-from bide.engine.store import Doc, Store, StoreWrapper
+from bide.engine.store import Store, StoreWrapper
 
 BEAT = 30.0
 
@@ -42,20 +42,12 @@ class Counted(StoreWrapper):
         self.reads += 1
         return self.inner.task_at_head(session_id, task_id)
 
-    def commit(
-        self,
-        session_id: str,
-        expected_seq: int,
-        writes: Sequence[TaskRecord],
-        docs: Sequence[Doc] = (),
-        *,
-        absent: Sequence[str] = (),
-    ) -> int:
+    def commit(self, session_id: str, expected_seq: int, *rest: Any, **kw: Any) -> int:
         self.commits += 1
         try:
             if self.refuse:
                 raise ConflictError(session_id, expected_seq, self.inner.head(session_id))
-            return self.inner.commit(session_id, expected_seq, writes, docs, absent=absent)
+            return self.inner.commit(session_id, expected_seq, *rest, **kw)
         except ConflictError:
             self.conflicts += 1
             raise
