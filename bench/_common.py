@@ -150,29 +150,31 @@ class Counting(StoreWrapper):
 
     def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
         record = self.inner.get_task(session_id, task_id)
-        self.read += 0 if record is None else len(record.to_json().encode())
-        self.records_read += record is not None
+        self._count(record)
         return record
 
     def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
         seq, record = self.inner.task_at_head(session_id, task_id)
-        self.read += 0 if record is None else len(record.to_json().encode())
-        self.records_read += record is not None
+        self._count(record)
         return seq, record
 
     def task_and_doc_at_head(
         self, session_id: str, task_id: str, key: str
     ) -> tuple[int, TaskRecord | None, Doc | None]:
         seq, record, doc = self.inner.task_and_doc_at_head(session_id, task_id, key)
-        self.read += 0 if record is None else len(record.to_json().encode())
-        self.read += 0 if doc is None else doc_bytes(doc)
-        self.records_read += record is not None
+        self._count(record, doc)
         return seq, record, doc
 
     def get_doc(self, session_id: str, key: str) -> Doc | None:
         doc = self.inner.get_doc(session_id, key)
-        self.read += 0 if doc is None else doc_bytes(doc)
+        self._count(None, doc)
         return doc
+
+    def _count(self, record: TaskRecord | None, doc: Doc | None = None) -> None:
+        """One read: the record's JSON bytes (a record read) and the document's, if any."""
+        self.read += 0 if record is None else len(record.to_json().encode())
+        self.read += 0 if doc is None else doc_bytes(doc)
+        self.records_read += record is not None
 
     def list_docs(
         self,

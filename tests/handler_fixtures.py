@@ -20,7 +20,7 @@ import json
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -50,7 +50,7 @@ from bide.aws.dynamodb import DynamoDBStore, create_table
 from bide.aws.scheduler import SchedulerAlarms
 from bide.aws.sqs import SqsWakeQueue
 from bide.service.deps import Deps
-from bide.service.http import handle_worker
+from bide.service.http import handle_signal, handle_worker
 from bide.service.observability import ObservedStore
 from bide.service.webhooks import Webhook, mint_webhook
 from bide.tools import Sleep, ToolRegistry, ToolResult, define_tool
@@ -394,6 +394,31 @@ class Bench:
 
     def seq(self, session_id: str) -> int:
         return self.store.head(session_id)
+
+    # --- the signal function and the requests behind it
+
+    def post_signal(self, event: dict[str, Any]) -> tuple[int, Any]:
+        """The signal function's answer to ``event`` (always JSON): its status and body."""
+        response = run(handle_signal(self.deps, event, None))
+        assert response["headers"]["Content-Type"] == "application/json"
+        return response["statusCode"], response_json(response)
+
+    def aws_requests(self, action: Callable[[], Any]) -> tuple[Any, list[tuple[str, Any]]]:
+        """``action()``'s result and each AWS request it made (DynamoDB, SQS, Scheduler), in
+        order, with its parameters."""
+        made: list[tuple[str, Any]] = []
+
+        def record(model: Any, params: dict[str, Any], **_: Any) -> None:
+            made.append((model.name, params))
+
+        clients = {id(c): c for c in (self.ddb, self.sqs, self.scheduler)}
+        for client in clients.values():
+            client.meta.events.register("before-parameter-build.*.*", record)
+        try:
+            return action(), made
+        finally:
+            for client in clients.values():
+                client.meta.events.unregister("before-parameter-build.*.*", record)
 
     # --- the wake queue
 

@@ -17,13 +17,10 @@ from handler_fixtures import (
     aws_fixture,
     bench_fixture,
     http_event,
-    response_json,
-    run,
     signal_event,
 )
 
 from bide.aws.scheduler import at_expression
-from bide.service.http import handle_signal
 from bide.service.webhooks import sign
 
 __all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to find
@@ -31,11 +28,6 @@ __all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to f
 SIGNAL = REPLY.name
 HOUR = 3600.0
 BEAT = 300.0  # the heartbeat interval of these tests: well over the Scheduler's minute
-
-
-def post(b: Bench, event: dict) -> tuple[int, dict]:
-    response = run(handle_signal(b.deps, event, None))
-    return response["statusCode"], response_json(response)
 
 
 def beat_event(sid: str, task_id: str, key: str = "k", **kw: Any) -> dict:
@@ -52,19 +44,8 @@ def hook_beat(token: str, raw: bytes | None = None, **kw: Any) -> dict:
 
 def counted(b: Bench, action: Any) -> tuple[Any, list[str]]:
     """``action()``'s result and the AWS requests it made (DynamoDB, SQS, Scheduler), sorted."""
-    made: list[str] = []
-
-    def count(model: Any, **_: Any) -> None:
-        made.append(model.name)
-
-    clients = {id(c): c for c in (b.ddb, b.sqs, b.scheduler)}
-    for client in clients.values():
-        client.meta.events.register("before-parameter-build.*.*", count)
-    try:
-        return action(), sorted(made)
-    finally:
-        for client in clients.values():
-            client.meta.events.unregister("before-parameter-build.*.*", count)
+    result, made = b.aws_requests(action)
+    return result, sorted(op for op, _ in made)
 
 
 def parked(b: Bench, **round_: Any) -> tuple[str, str]:
@@ -78,7 +59,10 @@ def parked(b: Bench, **round_: Any) -> tuple[str, str]:
 def test_a_beat_is_202_and_moves_beat_by(bench: Bench) -> None:
     sid, task_id = parked(bench)
     bench.clock.advance(100)
-    assert post(bench, beat_event(sid, task_id)) == (202, {"result": "delivered", "errors": []})
+    assert bench.post_signal(beat_event(sid, task_id)) == (
+        202,
+        {"result": "delivered", "errors": []},
+    )
     assert bench.task(sid, task_id).state.beat_by == bench.clock.now() + BEAT
 
 
@@ -87,7 +71,7 @@ def test_a_beat_reads_writes_once_and_queues_no_wake(bench: Bench) -> None:
     # (the owner check rides on it), the conditional commit. No SendMessage: no worker runs
     # for a beat.
     sid, task_id = parked(bench)
-    (status, _), made = counted(bench, lambda: post(bench, beat_event(sid, task_id)))
+    (status, _), made = counted(bench, lambda: bench.post_signal(beat_event(sid, task_id)))
     assert status == 202
     assert made == ["TransactGetItems", "TransactWriteItems"]
     assert bench.queued() == []
@@ -100,7 +84,7 @@ def test_the_stale_alarm_runs_nothing_and_arms_at_the_new_beat_by(bench: Bench) 
     assert schedule["ScheduleExpression"] == at_expression(start + BEAT)  # min(until, beat_by)
     runs = bench.probe.executions["napper"]
     bench.clock.advance(BEAT - 60)
-    assert post(bench, beat_event(sid, task_id))[0] == 202
+    assert bench.post_signal(beat_event(sid, task_id))[0] == 202
     moved = bench.clock.now() + BEAT
     # The beat left the alarm alone: it fires at the old deadline.
     assert [s["ScheduleExpression"] for s in bench.schedules()] == [schedule["ScheduleExpression"]]
@@ -115,7 +99,7 @@ def test_the_stale_alarm_runs_nothing_and_arms_at_the_new_beat_by(bench: Bench) 
     # No more beats: the missed one is noticed at that alarm, long before until (2 h).
     bench.clock.advance(moved - bench.clock.now())
     # Before the worker runs, a late value is refused (the deadline race holds for beat_by).
-    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "late"}))
+    status, body = bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "late"}))
     assert (status, body["result"]) == (410, "closed")
     bench.fire_alarm(sid)
     bench.drain()
@@ -123,15 +107,17 @@ def test_the_stale_alarm_runs_nothing_and_arms_at_the_new_beat_by(bench: Bench) 
     assert record.state.status == "terminal"
     assert record.state.outcome.result["wake"] == {"reason": "heartbeat", "missed_at": moved}
     assert bench.clock.now() - start < 2 * HOUR / 5
-    assert post(bench, beat_event(sid, task_id))[1]["result"] == "closed"
+    assert bench.post_signal(beat_event(sid, task_id))[1]["result"] == "closed"
 
 
 def test_a_value_still_ends_a_beating_wait(bench: Bench) -> None:
     sid, task_id = parked(bench)
     bench.clock.advance(200)
-    assert post(bench, beat_event(sid, task_id))[0] == 202
-    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "rendered"}))[0] == 202
-    assert post(bench, beat_event(sid, task_id))[1]["result"] == "duplicate"
+    assert bench.post_signal(beat_event(sid, task_id))[0] == 202
+    assert (
+        bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "rendered"}))[0] == 202
+    )
+    assert bench.post_signal(beat_event(sid, task_id))[1]["result"] == "duplicate"
     bench.drain()
     assert bench.task(sid, task_id).state.outcome.result["values"] == {"k": "rendered"}
 
@@ -140,7 +126,7 @@ def test_a_heartbeat_only_deadline_is_disarmed_when_the_wait_ends(bench: Bench) 
     # No until: the alarm stands for beat_by alone, and the worker must know it may exist.
     sid, task_id = parked(bench, after=None)
     assert len(bench.schedules()) == 1
-    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "done"}))[0] == 202
+    assert bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "done"}))[0] == 202
     bench.drain()
     assert bench.task(sid, task_id).state.status == "terminal"
     assert bench.schedules() == []
@@ -149,13 +135,13 @@ def test_a_heartbeat_only_deadline_is_disarmed_when_the_wait_ends(bench: Bench) 
 def test_beat_refusals_by_task_id(bench: Bench) -> None:
     sid, task_id = parked(bench)
     seq = bench.seq(sid)
-    assert post(bench, beat_event(sid, "t-none"))[1]["result"] == "not_found"
-    assert post(bench, beat_event(sid, task_id))[0] == 202
+    assert bench.post_signal(beat_event(sid, "t-none"))[1]["result"] == "not_found"
+    assert bench.post_signal(beat_event(sid, task_id))[0] == 202
     path = f"/sessions/{sid}/tasks/{task_id}/signals/no.such/k/heartbeat"
     route = "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}/heartbeat"
-    status, body = post(bench, http_event("POST", path, route_key=route))
+    status, body = bench.post_signal(http_event("POST", path, route_key=route))
     assert status == 404 and "no.such" in body["error"]
-    status, body = post(bench, http_event("GET", path))
+    status, body = bench.post_signal(http_event("GET", path))
     assert status == 405 and body["error"].startswith("use POST for")
     # (Who may call the route: tests/test_owners.py, as for every IAM route.)
     assert bench.seq(sid) == seq + 1  # only the one delivered beat wrote
@@ -176,7 +162,7 @@ def parked_hook(b: Bench, **arguments: Any) -> tuple[str, str, str]:
 def test_a_webhook_beat_with_an_empty_body_moves_the_deadline(bench: Bench) -> None:
     sid, task_id, token = parked_hook(bench)
     bench.clock.advance(60)
-    answer, made = counted(bench, lambda: post(bench, hook_beat(token)))
+    answer, made = counted(bench, lambda: bench.post_signal(hook_beat(token)))
     assert answer == (202, {"result": "delivered", "errors": []})
     # The binding, the head and the task read together, the commit: no SendMessage.
     assert made == ["TransactGetItems", "TransactWriteItems"]
@@ -194,17 +180,17 @@ def test_a_signed_webhook_refuses_an_unsigned_beat(bench: Bench) -> None:
     secret = bench.probe.hmac_secret = secrets.token_hex(16)
     sid, _, token = parked_hook(bench, signed=True)
     seq = bench.seq(sid)
-    status, body = post(bench, hook_beat(token))
+    status, body = bench.post_signal(hook_beat(token))
     assert status == 401 and "X-Bide" in body["error"]
     timestamp = str(int(bench.clock.now()))
     forged = {"x-bide-timestamp": timestamp, "x-bide-signature": sign("wrong", timestamp, b"")}
-    assert post(bench, hook_beat(token, headers=forged))[0] == 401
+    assert bench.post_signal(hook_beat(token, headers=forged))[0] == 401
     assert bench.seq(sid) == seq
     good = {"x-bide-timestamp": timestamp, "x-bide-signature": sign(secret, timestamp, b"")}
-    assert post(bench, hook_beat(token, headers=good))[0] == 202
+    assert bench.post_signal(hook_beat(token, headers=good))[0] == 202
     assert bench.seq(sid) == seq + 1
     other = token[:-8] + "0" * 8
-    assert post(bench, hook_beat(other))[0] == 404
+    assert bench.post_signal(hook_beat(other))[0] == 404
 
 
 def test_the_spare_wake_a_beat_leaves_costs_one_load_and_one_arming(bench: Bench) -> None:
@@ -212,7 +198,7 @@ def test_the_spare_wake_a_beat_leaves_costs_one_load_and_one_arming(bench: Bench
     # AWS"): the session's load and the re-arming; no write to the table.
     sid, task_id = parked(bench)
     bench.clock.advance(BEAT - 60)
-    assert post(bench, beat_event(sid, task_id))[0] == 202
+    assert bench.post_signal(beat_event(sid, task_id))[0] == 202
     bench.clock.advance(120)
     bench.fire_alarm(sid)
     # The SQS requests are the bench's poller (ReceiveMessage, DeleteMessage), not bide's.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from typing import Any
 
 import pytest
 
@@ -23,7 +22,6 @@ from handler_fixtures import (
     bench_fixture,
     hook_event,
     http_event,
-    response_json,
     run,
     signal_event,
 )
@@ -37,12 +35,6 @@ __all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to f
 SIGNAL = REPLY.name
 JSON_TYPE = {"content-type": "application/json"}
 SIGNAL_ROUTE = "/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}"
-
-
-def post(b: Bench, event: dict) -> tuple[int, dict]:
-    response = run(handle_signal(b.deps, event, None))
-    assert response["headers"]["Content-Type"] == "application/json"
-    return response["statusCode"], response_json(response)
 
 
 def parked_napper(b: Bench, rounds=None) -> tuple[str, str]:
@@ -64,7 +56,7 @@ def outcome(b: Bench, sid: str, task_id: str):
 
 def test_delivered_is_202_and_the_worker_consumes_the_value(bench: Bench) -> None:
     sid, task_id = parked_napper(bench)
-    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))
+    status, body = bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))
     assert (status, body) == (202, {"result": "delivered", "errors": []})
     assert {w["session_id"] for w in bench.queued()} == {sid}
     bench.drain()
@@ -73,9 +65,9 @@ def test_delivered_is_202_and_the_worker_consumes_the_value(bench: Bench) -> Non
 
 def test_duplicate_is_200_and_keeps_the_first_value(bench: Bench) -> None:
     sid, task_id = parked_napper(bench)
-    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "first"}))[0] == 202
+    assert bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "first"}))[0] == 202
     seq = bench.seq(sid)
-    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "second"}))
+    status, body = bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "second"}))
     assert (status, body) == (200, {"result": "duplicate", "errors": []})
     assert bench.seq(sid) == seq
     bench.drain()
@@ -86,7 +78,7 @@ def test_invalid_is_422_naming_each_field_and_stores_nothing(bench: Bench) -> No
     sid, task_id = parked_napper(bench)
     seq = bench.seq(sid)
     event = signal_event(sid, task_id, SIGNAL, "k", {"text": 5, "score": "high"})
-    status, body = post(bench, event)
+    status, body = bench.post_signal(event)
     assert status == 422 and body["result"] == "invalid"
     assert {e["field"] for e in body["errors"]} == {"text", "score"}
     assert all(e["message"] for e in body["errors"])
@@ -96,15 +88,15 @@ def test_invalid_is_422_naming_each_field_and_stores_nothing(bench: Bench) -> No
 
 def test_closed_is_410_for_an_ended_task_and_after_a_passed_deadline(bench: Bench) -> None:
     sid, task_id = parked_napper(bench)
-    post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "done"}))
+    bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "done"}))
     bench.drain()
-    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "late"}))
+    status, body = bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "late"}))
     assert (status, body["result"]) == (410, "closed")
 
     # The deadline passed but no worker has run yet: the key is closed all the same.
     sid, task_id = parked_napper(bench, [{"keys": ["k"], "after": 60}])
     bench.clock.advance(61)
-    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "late"}))
+    status, body = bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "late"}))
     assert (status, body["result"]) == (410, "closed")
     # No value is stored; the key is closed for good, so no later answer can contradict this.
     slot = bench.task(sid, task_id).signals[f"{SIGNAL}/k"]
@@ -116,16 +108,16 @@ def test_closed_is_410_for_an_ended_task_and_after_a_passed_deadline(bench: Benc
 
 def test_not_found_is_404(bench: Bench) -> None:
     sid, _ = parked_napper(bench)
-    status, body = post(bench, signal_event(sid, "t-nope", SIGNAL, "k", {"text": "x"}))
+    status, body = bench.post_signal(signal_event(sid, "t-nope", SIGNAL, "k", {"text": "x"}))
     assert (status, body) == (404, {"result": "not_found", "errors": []})
-    status, body = post(bench, signal_event(unique("s"), "t-1", SIGNAL, "k", {"text": "x"}))
+    status, body = bench.post_signal(signal_event(unique("s"), "t-1", SIGNAL, "k", {"text": "x"}))
     assert (status, body["result"]) == (404, "not_found")
 
 
 def test_unknown_signal_name_is_404_with_a_clear_message_and_no_wake(bench: Bench) -> None:
     sid, task_id = parked_napper(bench)
     seq = bench.seq(sid)
-    status, body = post(bench, signal_event(sid, task_id, "no.such", "k", {"text": "x"}))
+    status, body = bench.post_signal(signal_event(sid, task_id, "no.such", "k", {"text": "x"}))
     assert status == 404
     assert "no signal named 'no.such'" in body["error"]
     assert bench.seq(sid) == seq and bench.queued() == []
@@ -134,7 +126,7 @@ def test_unknown_signal_name_is_404_with_a_clear_message_and_no_wake(bench: Benc
 def test_base64_encoded_body_is_decoded(bench: Bench) -> None:
     sid, task_id = parked_napper(bench)
     event = signal_event(sid, task_id, SIGNAL, "k", {"text": "b64"}, base64_body=True)
-    assert post(bench, event) == (202, {"result": "delivered", "errors": []})
+    assert bench.post_signal(event) == (202, {"result": "delivered", "errors": []})
     bench.drain()
     assert outcome(bench, sid, task_id).result["values"] == {"k": "b64"}
 
@@ -142,7 +134,7 @@ def test_base64_encoded_body_is_decoded(bench: Bench) -> None:
 def test_percent_encoded_path_segments_are_decoded(bench: Bench) -> None:
     sid, task_id = parked_napper(bench, [{"keys": ["a key"]}])
     event = signal_event(sid, task_id, SIGNAL, "a%20key", {"text": "spaced"})
-    assert post(bench, event)[0] == 202
+    assert bench.post_signal(event)[0] == 202
 
 
 @pytest.mark.parametrize(
@@ -161,7 +153,7 @@ def test_bad_bodies_get_a_clear_4xx_and_store_nothing(
     sid, task_id = parked_napper(bench)
     seq = bench.seq(sid)
     path = f"/sessions/{sid}/tasks/{task_id}/signals/{SIGNAL}/k"
-    got, body = post(bench, http_event("POST", path, **change))
+    got, body = bench.post_signal(http_event("POST", path, **change))
     assert got == status and message in body["error"]
     assert bench.seq(sid) == seq and bench.queued() == []
 
@@ -170,7 +162,7 @@ def test_a_body_marked_base64_that_is_not_is_400(bench: Bench) -> None:
     sid, task_id = parked_napper(bench)
     event = signal_event(sid, task_id, SIGNAL, "k", {"text": "x"}, base64_body=True)
     event["body"] = "%%%not base64"
-    status, body = post(bench, event)
+    status, body = bench.post_signal(event)
     assert status == 400 and "base64" in body["error"]
     assert bench.queued() == []
 
@@ -178,13 +170,13 @@ def test_a_body_marked_base64_that_is_not_is_400(bench: Bench) -> None:
 def test_wrong_method_and_unknown_routes_are_4xx(bench: Bench) -> None:
     sid, task_id = parked_napper(bench)
     path = f"/sessions/{sid}/tasks/{task_id}/signals/{SIGNAL}/k"
-    assert post(bench, http_event("GET", path))[0] == 405
-    assert post(bench, http_event("POST", "/sessions/x/elsewhere", body={}))[0] == 404
-    assert post(bench, http_event("POST", "/hooks", body={}))[0] == 404
+    assert bench.post_signal(http_event("GET", path))[0] == 405
+    assert bench.post_signal(http_event("POST", "/sessions/x/elsewhere", body={}))[0] == 404
+    assert bench.post_signal(http_event("POST", "/hooks", body={}))[0] == 404
     bad_session = signal_event("a session", task_id, SIGNAL, "k", {"text": "x"})
-    assert post(bench, bad_session)[0] == 404
+    assert bench.post_signal(bad_session)[0] == 404
     long_key = signal_event(sid, task_id, SIGNAL, "k" * 300, {"text": "x"})
-    assert post(bench, long_key)[0] == 400
+    assert bench.post_signal(long_key)[0] == 400
     assert bench.queued() == []
 
 
@@ -193,11 +185,11 @@ def test_paths_as_api_gateway_hands_them_over(bench: Bench) -> None:
     whatever its characters, and a trailing slash names the same route."""
     sid, task_id = parked_napper(bench, [{"keys": ["k€y", 'say "hi"']}])
     path = f"/sessions/{sid}/tasks/{task_id}/signals/{SIGNAL}"
-    assert post(bench, http_event("POST", f"{path}/k€y", body={"text": "x"}))[0] == 202
+    assert bench.post_signal(http_event("POST", f"{path}/k€y", body={"text": "x"}))[0] == 202
     encoded = http_event("POST", f"{path}/say%20%22hi%22/", body={"text": "x"})
-    assert post(bench, encoded)[0] == 202
+    assert bench.post_signal(encoded)[0] == 202
     for method in ("PUT", "DELETE", "OPTIONS"):
-        status, body = post(bench, http_event(method, f"{path}/k€y"))
+        status, body = bench.post_signal(http_event(method, f"{path}/k€y"))
         assert (status, body["error"]) == (405, f"use POST for {SIGNAL_ROUTE}")
     bench.drain()
     assert outcome(bench, sid, task_id).result["values"] == {"k€y": "x", 'say "hi"': "x"}
@@ -233,7 +225,7 @@ def test_a_tool_mints_an_unguessable_webhook_whose_token_is_not_stored(bench: Be
     # Another call gets another nonce and mac.
     _, _, other = parked_hook(bench)
     assert parse_token(other)[1] != nonce and parse_token(other)[2] != mac
-    assert post(bench, hook_event(token, '{"text": "x"}', headers=JSON_TYPE))[0] == 202
+    assert bench.post_signal(hook_event(token, '{"text": "x"}', headers=JSON_TYPE))[0] == 202
     bench.drain()
     items = bench.ddb.scan(TableName=bench.table)["Items"]
     assert mac not in json.dumps(items)
@@ -241,12 +233,12 @@ def test_a_tool_mints_an_unguessable_webhook_whose_token_is_not_stored(bench: Be
 
 def test_webhook_delivers_its_json_body(bench: Bench) -> None:
     sid, task_id, token = parked_hook(bench)
-    status, body = post(bench, hook_event(token, '{"text": "green"}', headers=JSON_TYPE))
+    status, body = bench.post_signal(hook_event(token, '{"text": "green"}', headers=JSON_TYPE))
     assert (status, body) == (202, {"result": "delivered", "errors": []})
     bench.drain()
     assert tool_text(bench, sid, task_id) == "hook said green"
     # The call ended: its webhook is closed.
-    status, body = post(bench, hook_event(token, '{"text": "again"}', headers=JSON_TYPE))
+    status, body = bench.post_signal(hook_event(token, '{"text": "again"}', headers=JSON_TYPE))
     assert (status, body["result"]) == (410, "closed")
 
 
@@ -254,7 +246,7 @@ def test_webhook_body_failing_the_schema_is_422_with_fields(bench: Bench) -> Non
     sid, _, token = parked_hook(bench)
     seq = bench.seq(sid)
     event = hook_event(token, '{"score": 1}', headers={"content-type": "application/json"})
-    status, body = post(bench, event)
+    status, body = bench.post_signal(event)
     assert status == 422 and [e["field"] for e in body["errors"]] == ["text"]
     assert bench.seq(sid) == seq
 
@@ -273,7 +265,7 @@ def test_signed_webhook_with_a_good_signature_is_delivered(bench: Bench) -> None
     sid, task_id, token = parked_hook(bench, signed=True)
     body = b'{"text": "signed"}'
     headers = signed(bench, body, bench.probe.hmac_secret)
-    status, _ = post(bench, hook_event(token, body, headers=headers))
+    status, _ = bench.post_signal(hook_event(token, body, headers=headers))
     assert status == 202
     bench.drain()
     assert tool_text(bench, sid, task_id) == "hook said signed"
@@ -300,7 +292,7 @@ def test_webhook_refusals_store_nothing_and_queue_no_wake(bench: Bench) -> None:
          "unknown"),
     ]  # fmt: skip
     for name, used_token, raw, headers, status, message in cases:
-        got, answer = post(bench, hook_event(used_token, raw, headers=headers))
+        got, answer = bench.post_signal(hook_event(used_token, raw, headers=headers))
         assert (got, message in answer["error"]) == (status, True), (name, answer)
         assert bench.seq(sid) == seq, name
     assert bench.queued() == []
@@ -317,12 +309,12 @@ def test_unsigned_webhook_type_and_json_checks(bench: Bench) -> None:
         (hook_event(token, "", headers={"content-type": "application/json"}), 400),
     ]
     for event, status in cases:
-        assert post(bench, event)[0] == status
+        assert bench.post_signal(event)[0] == status
     assert bench.seq(sid) == seq and bench.queued() == []
     # A charset parameter is fine.
     charset = {"content-type": "application/json; charset=utf-8"}
     event = hook_event(token, '{"text": "ok"}', headers=charset)
-    assert post(bench, event)[0] == 202
+    assert bench.post_signal(event)[0] == 202
 
 
 # --- one wake, after the value is stored ------------------------------------------------------
@@ -339,7 +331,7 @@ def test_a_signal_queues_one_wake_after_its_value_is_stored(bench: Bench, monkey
 
     seq = bench.seq(sid)
     monkeypatch.setattr(bench.deps.queue, "wake", wake)
-    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "once"}))[0] == 202
+    assert bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "once"}))[0] == 202
     assert seen == [("signal", seq + 1)]  # one wake, queued once the value is stored
     assert bench.drain() == 1  # one worker run
     assert outcome(bench, sid, task_id).result["values"] == {"k": "once"}
@@ -350,20 +342,10 @@ def test_the_signal_function_reads_once_writes_once_and_wakes_once(bench: Bench)
     # one read of the owner document, the head and the task together (the IAM route's owner
     # check rides on it: tests/test_signal_owner_read.py), the commit, the wake.
     sid, task_id = parked_napper(bench)
-    made: list[str] = []
-
-    def count(model: Any, **_: Any) -> None:
-        made.append(model.name)
-
-    clients = {id(c): c for c in (bench.ddb, bench.sqs)}
-    for client in clients.values():
-        client.meta.events.register("before-parameter-build.*.*", count)
-    try:
-        assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))[0] == 202
-    finally:
-        for client in clients.values():
-            client.meta.events.unregister("before-parameter-build.*.*", count)
-    assert sorted(made) == ["SendMessage", "TransactGetItems", "TransactWriteItems"]
+    event = signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"})
+    (status, _), made = bench.aws_requests(lambda: bench.post_signal(event))
+    assert status == 202
+    assert sorted(op for op, _ in made) == ["SendMessage", "TransactGetItems", "TransactWriteItems"]
 
 
 def test_the_handler_dying_before_the_store_leaves_nothing_and_the_retry_delivers(
@@ -376,12 +358,12 @@ def test_the_handler_dying_before_the_store_leaves_nothing_and_the_retry_deliver
         raise RuntimeError("the signal function died here")
 
     monkeypatch.setattr(signals_service, "deliver_signal", crash)
-    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "lost?"}))
+    status, body = bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "lost?"}))
     assert status == 500 and "internal" in body["error"]
     assert bench.seq(sid) == seq and bench.queued() == []  # nothing stored, nothing queued
     monkeypatch.undo()
     # The sender retries (it got a 5xx): the value lands and the task completes.
-    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "retried"}))[0] == 202
+    assert bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "retried"}))[0] == 202
     bench.drain()
     assert outcome(bench, sid, task_id).result["values"] == {"k": "retried"}
 
@@ -398,13 +380,13 @@ def test_the_handler_dying_after_the_store_before_the_wake_is_woken_by_the_retry
         raise RuntimeError("the signal function died before its wake")
 
     monkeypatch.setattr(bench.deps.queue, "wake", crash)
-    status, _ = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "first"}))
+    status, _ = bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "first"}))
     assert status == 500
     assert bench.seq(sid) == seq + 1 and bench.queued() == []  # stored, no wake
     assert bench.drain() == 0
     assert bench.task(sid, task_id).state.status == "sleeping"  # stranded until the retry
     monkeypatch.undo()
-    status, body = post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "again"}))
+    status, body = bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "again"}))
     assert (status, body["result"]) == (200, "duplicate")
     assert bench.queued() == [{"session_id": sid, "reason": "signal-retried"}]
     bench.drain()
@@ -413,8 +395,8 @@ def test_the_handler_dying_after_the_store_before_the_wake_is_woken_by_the_retry
 
 def test_refused_deliveries_queue_no_wake(bench: Bench) -> None:
     sid, task_id = parked_napper(bench)
-    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"nope": 1}))[0] == 422
-    assert post(bench, signal_event(sid, "t-none", SIGNAL, "k", {"text": "x"}))[0] == 404
+    assert bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"nope": 1}))[0] == 422
+    assert bench.post_signal(signal_event(sid, "t-none", SIGNAL, "k", {"text": "x"}))[0] == 404
     assert bench.queued() == []
 
 
@@ -436,8 +418,8 @@ def test_a_busy_store_is_503_with_retry_after(bench: Bench, monkeypatch) -> None
 def test_signal_results_are_counted_as_emf(bench: Bench, capsys) -> None:
     sid, task_id = parked_napper(bench)
     capsys.readouterr()
-    post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))
-    post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))
+    bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))
+    bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))
     blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     counted = {(b["result"], b["route"]): b["SignalResults"] for b in blobs if "SignalResults" in b}
     assert counted == {("delivered", "signal"): [1.0], ("duplicate", "signal"): [1.0]}

@@ -22,12 +22,9 @@ from handler_fixtures import (
     bench_fixture,
     hook_event,
     http_event,
-    response_json,
-    run,
     signal_event,
 )
 
-from bide.service.http import handle_signal
 from bide.service.webhooks import sign
 
 __all__ = ["aws_fixture", "bench_fixture"]
@@ -35,11 +32,6 @@ __all__ = ["aws_fixture", "bench_fixture"]
 SIGNAL = REPLY.name
 JSON_TYPE = {"content-type": "application/json"}
 RED = {"type": "BuildFailed", "message": "3 tests failed", "data": {"failed": 3}}
-
-
-def post(b: Bench, event: dict) -> tuple[int, dict]:
-    response = run(handle_signal(b.deps, event, None))
-    return response["statusCode"], response_json(response)
 
 
 def failure_event(sid: str, task_id: str, key: str, body: Any, **kw: Any) -> dict[str, Any]:
@@ -82,10 +74,12 @@ def test_a_failure_by_task_id_is_delivered_and_first_wins(bench: Bench, form: st
         event = failure_event(sid, task_id, "k", RED)
     else:
         event = signal_event(sid, task_id, SIGNAL, "k", {"$failure": RED})
-    assert post(bench, event) == (202, {"result": "delivered", "errors": []})
+    assert bench.post_signal(event) == (202, {"result": "delivered", "errors": []})
     # A value after it, and another failure: duplicate, the first stands.
-    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))[0] == 200
-    assert post(bench, failure_event(sid, task_id, "k", {"type": "X", "message": ""}))[0] == 200
+    assert bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))[0] == 200
+    assert (
+        bench.post_signal(failure_event(sid, task_id, "k", {"type": "X", "message": ""}))[0] == 200
+    )
     bench.drain()
     values = result_of(bench, sid, task_id).result["values"]
     assert values == {"k": "failed: BuildFailed: 3 tests failed"}
@@ -93,8 +87,8 @@ def test_a_failure_by_task_id_is_delivered_and_first_wins(bench: Bench, form: st
 
 def test_a_value_first_then_a_failure_is_duplicate(bench: Bench) -> None:
     sid, task_id = parked_napper(bench)
-    assert post(bench, signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))[0] == 202
-    assert post(bench, failure_event(sid, task_id, "k", RED))[0] == 200
+    assert bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"}))[0] == 202
+    assert bench.post_signal(failure_event(sid, task_id, "k", RED))[0] == 200
     bench.drain()
     assert result_of(bench, sid, task_id).result["values"] == {"k": "hi"}
 
@@ -121,7 +115,7 @@ def test_bad_failure_bodies_are_400_naming_the_field_and_store_nothing(
         event = failure_event(sid, task_id, "k", body)
     else:
         event = signal_event(sid, task_id, SIGNAL, "k", body)
-    status, answer = post(bench, event)
+    status, answer = bench.post_signal(event)
     assert status == 400 and says in answer["error"], answer
     assert bench.seq(sid) == seq and bench.queued() == []
     assert bench.task(sid, task_id).signals == {}
@@ -134,13 +128,15 @@ def test_a_webhook_failure_ends_the_tool_call_failed(bench: Bench, form: str) ->
         event = hook_failure_event(token, json.dumps(RED), headers=JSON_TYPE)
     else:
         event = hook_event(token, json.dumps({"$failure": RED}), headers=JSON_TYPE)
-    assert post(bench, event) == (202, {"result": "delivered", "errors": []})
+    assert bench.post_signal(event) == (202, {"result": "delivered", "errors": []})
     bench.drain()
     outcome = result_of(bench, sid, task_id)
     assert outcome.status == "failed"
     assert outcome.error["content"][0]["text"] == "BuildFailed: 3 tests failed"
     assert outcome.error["details"] == {"failure": RED}
-    assert post(bench, hook_failure_event(token, json.dumps(RED), headers=JSON_TYPE))[0] == 410
+    assert (
+        bench.post_signal(hook_failure_event(token, json.dumps(RED), headers=JSON_TYPE))[0] == 410
+    )
 
 
 def test_webhook_signatures_apply_to_failures_as_to_values(bench: Bench) -> None:
@@ -154,33 +150,26 @@ def test_webhook_signatures_apply_to_failures_as_to_values(bench: Bench) -> None
         return {**JSON_TYPE, "x-bide-timestamp": stamp, "x-bide-signature": sign(key, stamp, raw)}
 
     for headers in (JSON_TYPE, signed("wrong", body), signed(secret, b"{}")):
-        status, _ = post(bench, hook_failure_event(token, body, headers=headers))
+        status, _ = bench.post_signal(hook_failure_event(token, body, headers=headers))
         assert status == 401
     envelope = json.dumps({"$failure": RED}).encode()
-    assert post(bench, hook_event(token, envelope, headers=JSON_TYPE))[0] == 401
+    assert bench.post_signal(hook_event(token, envelope, headers=JSON_TYPE))[0] == 401
     assert bench.seq(sid) == seq and bench.queued() == []
-    assert post(bench, hook_failure_event(token, body, headers=signed(secret, body)))[0] == 202
+    assert (
+        bench.post_signal(hook_failure_event(token, body, headers=signed(secret, body)))[0] == 202
+    )
     bench.drain()
     assert result_of(bench, sid, task_id).status == "failed"
 
 
 def test_a_failure_costs_one_read_one_write_and_one_wake(bench: Bench) -> None:
     sid, task_id = parked_napper(bench)
-    made: list[str] = []
-
-    def count(model: Any, **_: Any) -> None:
-        made.append(model.name)
-
-    clients = {id(c): c for c in (bench.ddb, bench.sqs)}
-    for client in clients.values():
-        client.meta.events.register("before-parameter-build.*.*", count)
-    try:
-        assert post(bench, failure_event(sid, task_id, "k", RED))[0] == 202
-    finally:
-        for client in clients.values():
-            client.meta.events.unregister("before-parameter-build.*.*", count)
+    (status, _), made = bench.aws_requests(
+        lambda: bench.post_signal(failure_event(sid, task_id, "k", RED))
+    )
+    assert status == 202
     # The same requests as a value (tests/test_handlers_signal.py): one read of the owner
     # document, the head and the task together, one conditional write, one wake.
-    assert sorted(made) == ["SendMessage", "TransactGetItems", "TransactWriteItems"]
+    assert sorted(op for op, _ in made) == ["SendMessage", "TransactGetItems", "TransactWriteItems"]
     assert [w["session_id"] for w in bench.queued()] == [sid]
     assert bench.drain() == 1

@@ -9,17 +9,14 @@ import urllib.request
 from typing import Any
 
 from pydantic import BaseModel
-from test_local_stack import create, db, finished, parked_tool, submit, view, wait_for
+from stack_kit import manual_session, wait_for
+from test_local_stack import db, finished, parked_tool, view
 
-from bide import ManualClock
 from bide.agent import Agent
 from bide.agent.providers import ModelRequest, ToolResultMessage
 from bide.agent.providers.scripted import ScriptedProvider, call_tool, reply
 from bide.app import App
 from bide.engine.signals import define_signal
-from bide.local import LocalStack
-from bide.local.client import ApiClient
-from bide.local.thread import BackgroundStack
 from bide.tools import Sleep, ToolRegistry, define_tool
 from bide.tools.webhooks import mint_webhook
 
@@ -64,12 +61,7 @@ def post(url: str) -> tuple[int, bytes]:
 
 
 def test_beats_move_the_local_alarm_and_a_missed_beat_wakes_the_call(db: str) -> None:
-    clock = ManualClock()
-    local = LocalStack(render_app(), db, port=0, clock=clock, exact=True)
-    with BackgroundStack(local) as stack:
-        client = ApiClient(stack.url)
-        sid = create(client)
-        submit(client, sid, "render j-1")
+    with manual_session(render_app(), db, "render j-1") as (local, stack, client, clock, sid):
         start = clock.now()
         wait_for(lambda: parked_tool(client, sid), "render to park")
         alarm = {"session_id": sid, "at": start + BEAT}  # min(until, beat_by)

@@ -21,10 +21,9 @@ from handler_fixtures import (
     bench_fixture,
     http_event,
     response_json,
-    run,
 )
 
-from bide.service.http import handle_api, handle_signal
+from bide.service.http import handle_api
 from bide.service.owners import OWNER_KEY
 
 __all__ = ["aws_fixture", "bench_fixture"]  # fixtures, imported for pytest to find
@@ -69,25 +68,7 @@ def send(bench: Bench, route: str, sid: str, task_id: str, principal: str) -> tu
     event = http_event(
         "POST", path, body=body, route_key=SIGNAL_ROUTE + suffix, principal=principal
     )
-    response = run(handle_signal(bench.deps, event, None))
-    return response["statusCode"], response_json(response)
-
-
-def recorded(bench: Bench, action: Any) -> tuple[Any, list[tuple[str, dict[str, Any]]]]:
-    """``action()``'s result and each AWS request it made, with its parameters."""
-    made: list[tuple[str, dict[str, Any]]] = []
-
-    def record(model: Any, params: dict[str, Any], **_: Any) -> None:
-        made.append((model.name, params))
-
-    clients = {id(c): c for c in (bench.ddb, bench.sqs, bench.scheduler)}
-    for client in clients.values():
-        client.meta.events.register("before-parameter-build.*.*", record)
-    try:
-        return action(), made
-    finally:
-        for client in clients.values():
-            client.meta.events.unregister("before-parameter-build.*.*", record)
+    return bench.post_signal(event)
 
 
 def the_one_read(made: list[tuple[str, dict[str, Any]]], sid: str, task_id: str) -> None:
@@ -111,7 +92,7 @@ def test_the_owner_and_admins_are_let_in_on_one_read(
     bench.deps = replace(bench.deps, admin_principals=frozenset({ADMIN_ROLE}))
     sid, task_id = owned_sleeper(bench)
     seq = bench.seq(sid)
-    (status, body), made = recorded(bench, lambda: send(bench, route, sid, task_id, principal))
+    (status, body), made = bench.aws_requests(lambda: send(bench, route, sid, task_id, principal))
     assert (status, body["result"]) == (202, "delivered"), body
     the_one_read(made, sid, task_id)
     assert sorted(op for op, _ in made) == ROUTES[route][2]
@@ -123,7 +104,7 @@ def test_another_principal_gets_403_and_nothing_is_written(bench: Bench, route: 
     sid, task_id = owned_sleeper(bench)
     seq, before = bench.seq(sid), bench.task(sid, task_id)
     assert bench.queued() == []
-    (status, body), made = recorded(bench, lambda: send(bench, route, sid, task_id, BOB))
+    (status, body), made = bench.aws_requests(lambda: send(bench, route, sid, task_id, BOB))
     assert status == 403 and body["error"] == f"session {sid!r} belongs to another principal"
     the_one_read(made, sid, task_id)
     assert [op for op, _ in made] == ["TransactGetItems"]  # no write, no wake

@@ -4,27 +4,18 @@ key holding a failure as a failure, never as a value."""
 
 from __future__ import annotations
 
-from stack_kit import bide
+from stack_kit import bide, manual_session, wait_for
 from test_local_beats import BEAT, DONE, render_app
-from test_local_stack import create, db, parked_tool, submit, view, wait_for
+from test_local_stack import db, parked_tool, view
 
-from bide import ManualClock
-from bide.local import LocalStack
-from bide.local.client import ApiClient
 from bide.local.render import task_line, when
-from bide.local.thread import BackgroundStack
 from bide.local.watch import changes, read_snapshot
 
 __all__ = ["db"]  # the fixture, imported for pytest to find
 
 
 def test_the_view_shows_beat_by_and_a_failure_as_a_failure(db: str, capsys) -> None:
-    clock = ManualClock()
-    local = LocalStack(render_app(), db, port=0, clock=clock, exact=True)
-    with BackgroundStack(local) as stack:
-        client = ApiClient(stack.url)
-        sid = create(client)
-        submit(client, sid, "render j-1")
+    with manual_session(render_app(), db, "render j-1") as (_, stack, client, clock, sid):
         start = clock.now()
         tool = wait_for(lambda: parked_tool(client, sid), "render to park")
         assert (tool["heartbeat"], tool["beat_by"]) == (BEAT, start + BEAT)

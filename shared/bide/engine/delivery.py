@@ -14,6 +14,7 @@ still open for one, chosen against the same read as the decision.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import slots
@@ -24,6 +25,7 @@ from .heartbeats import decide_beat
 from .records import TaskRecord
 from .rules import STREAM_SUFFIX, SignalDecision, decide_signal, stream_key
 from .signals import SignalToken
+from .slots import SlotLookup
 from .store.base import Doc, Store
 
 _ATTEMPTS = 16
@@ -67,23 +69,11 @@ def deliver_signal(
     large, over the task's budget) and :class:`ConflictError` if the session stayed too busy
     to write for every attempt; nothing is written for either.
     """
-    for _ in range(_ATTEMPTS):
-        # One consistent read (none on a first attempt given one).
-        seq, record = at_head if at_head is not None else store.task_at_head(session_id, task_id)
-        at_head = None
-        moved = slots.lookup(lambda doc: _body(store.get_doc(session_id, doc)), task_id)
-        decision = decide_signal(record, token, key, value, clock.now(), moved=moved)
-        if decision.record is None:
-            return decision
-        # decide_signal checked the value and the task's budget; this is the same guard every
-        # harness commit passes, so nothing reaches the store unchecked.
-        check_commit({task_id: record} if record is not None else {}, [decision.record], {})
-        try:
-            store.commit(session_id, seq, [decision.record])
-        except ConflictError:
-            continue
-        return decision
-    raise ConflictError(session_id, seq, None)
+
+    def decide(record: TaskRecord | None, moved: SlotLookup) -> SignalDecision:
+        return decide_signal(record, token, key, value, clock.now(), moved=moved)
+
+    return _deliver(store, session_id, task_id, decide, at_head)
 
 
 def deliver_beat(
@@ -101,13 +91,34 @@ def deliver_beat(
     session's sequence number like :func:`deliver_signal`, and nothing else (``at_head`` as
     there). Raises :class:`ConflictError` if the session stayed too busy to write for every
     attempt."""
+
+    def decide(record: TaskRecord | None, moved: SlotLookup) -> SignalDecision:
+        return decide_beat(record, signal, key, clock.now(), moved=moved)
+
+    return _deliver(store, session_id, task_id, decide, at_head)
+
+
+def _deliver(
+    store: Store,
+    session_id: str,
+    task_id: str,
+    decide: Callable[[TaskRecord | None, SlotLookup], SignalDecision],
+    at_head: AtHead | None,
+) -> SignalDecision:
+    """Read the task at the head (``at_head`` on the first attempt, when given), ``decide``,
+    and commit the record it returns conditioned on that head; a conflict reads afresh."""
     for _ in range(_ATTEMPTS):
+        # One consistent read (none on a first attempt given one).
         seq, record = at_head if at_head is not None else store.task_at_head(session_id, task_id)
         at_head = None
         moved = slots.lookup(lambda doc: _body(store.get_doc(session_id, doc)), task_id)
-        decision = decide_beat(record, signal, key, clock.now(), moved=moved)
+        decision = decide(record, moved)
         if decision.record is None:
             return decision
+        # The same guard every harness commit passes, so nothing reaches the store unchecked
+        # (decide_signal checked the value and the task's budget; a beat's write, which moves
+        # beat_by or marks a key expired, changes nothing it checks).
+        check_commit({task_id: record} if record is not None else {}, [decision.record], {})
         try:
             store.commit(session_id, seq, [decision.record])
         except ConflictError:

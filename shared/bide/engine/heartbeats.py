@@ -6,13 +6,15 @@ keys expire (:func:`~bide.engine.rules.sleep_wakeup`). A beat is not a value: it
 occupies the key, so the value that ends the wait can still come on it.
 
 :func:`decide_beat` answers with the results of a signal value
-(:class:`~bide.engine.signals.SignalResult`), checked in this order:
+(:class:`~bide.engine.signals.SignalResult`), checked in this order (the same checks as a
+value's, :func:`~bide.engine.rules.refuse_key`):
 
 * ``not_found``: no such task;
-* ``closed``: the task ended, is ending or is abort-marked; or the key expired; or the
-  deadline of a sleep on the key (``until`` or ``beat_by``) has passed. As for a value, the
-  key is then marked expired, so nothing later can contradict the answer;
+* ``closed``: the task ended, is ending or is abort-marked;
 * ``duplicate``: the key already holds a value: the wait it served is over (or about to be);
+* ``closed``: the key expired, or the deadline of a sleep on the key (``until`` or
+  ``beat_by``) has passed. As for a value, the key is then marked expired, so nothing later
+  can contradict the answer;
 * ``delivered``: for a sleep on the key with a heartbeat, ``beat_by`` becomes
   ``now + heartbeat`` (the record to write); otherwise nothing is written: the heartbeat
   clock starts when the sleep parks, so a beat before that (or for a wait without a
@@ -24,11 +26,11 @@ lists a stream key, so a beat to one is acknowledged and moves nothing.
 
 from __future__ import annotations
 
-from .records import SignalSlot, TaskRecord
-from .rules import SignalDecision, bump, deadline_passed_for, find_slot, sleeping_on
+from .records import TaskRecord
+from .rules import SignalDecision, bump, refuse_key, sleeping_on
 from .signals import SignalResult, slot_name
 from .slots import SlotLookup
-from .state import HOLDS_OUTCOME, Sleeping
+from .state import Sleeping
 
 
 def decide_beat(
@@ -37,21 +39,10 @@ def decide_beat(
     """What a beat on ``signal``/``key`` of ``record`` does at ``now`` (see the module)."""
     if record is None:
         return SignalDecision(SignalResult.NOT_FOUND)
-    if record.state.status in HOLDS_OUTCOME or record.abort_marked:
-        return SignalDecision(SignalResult.CLOSED)
     name = slot_name(signal, key)
-    slot = find_slot(record, name, moved)
-    if slot is not None and slot.has_value:
-        return SignalDecision(SignalResult.DUPLICATE)
-    if slot is not None and slot.expired:
-        return SignalDecision(SignalResult.CLOSED)
-    if deadline_passed_for(record, name, now):
-        # Same as a value (design 001's deadline race): the sender is told "closed", so the
-        # key closes for good even if another listed key wakes the task first.
-        expired = (slot or SignalSlot()).model_copy(update={"expired": True})
-        return SignalDecision(
-            SignalResult.CLOSED, bump(record, signals={**record.signals, name: expired})
-        )
+    refused = refuse_key(record, name, now, moved=moved)  # a value's checks and answers
+    if refused is not None:
+        return refused
     state = record.state
     if isinstance(state, Sleeping) and state.heartbeat is not None and sleeping_on(record, name):
         moved_on = state.model_copy(update={"beat_by": now + state.heartbeat})

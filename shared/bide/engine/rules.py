@@ -100,6 +100,31 @@ def sleeping_on(record: TaskRecord, name: str) -> bool:
     return isinstance(state, Sleeping) and any(k.slot == name for k in state.signals)
 
 
+def refuse_key(
+    record: TaskRecord, name: str, now: float, *, moved: SlotLookup
+) -> SignalDecision | None:
+    """Design 001's checks of a delivery (a value, a failure, a beat) to the key stored as
+    ``name``, in order, but for ``invalid`` (the caller checks its value after the task):
+    ``closed`` (the task ended, is ending or is abort-marked), ``duplicate`` (the key holds a
+    value), ``closed`` (it expired, or a sleep on it passed its deadline: then with the record
+    marking it expired). None: the key is open; what the delivery does there is the caller's."""
+    if record.state.status in HOLDS_OUTCOME or record.abort_marked:
+        return SignalDecision(SignalResult.CLOSED)
+    slot = find_slot(record, name, moved)
+    if slot is not None and slot.has_value:
+        return SignalDecision(SignalResult.DUPLICATE)
+    if slot is not None and slot.expired:
+        return SignalDecision(SignalResult.CLOSED)
+    if deadline_passed_for(record, name, now):
+        # The sender is told "closed": make it so for good, even if another listed key wakes
+        # the task, so no later delivery to this key can contradict that answer.
+        expired = (slot or SignalSlot()).model_copy(update={"expired": True})
+        return SignalDecision(
+            SignalResult.CLOSED, bump(record, signals={**record.signals, name: expired})
+        )
+    return None
+
+
 def decide_signal(
     record: TaskRecord | None,
     token: SignalToken[Any],
@@ -139,18 +164,9 @@ def decide_signal(
         size, failure = check_signal_value(dumped, token.name, key, token.envelope), None
     chosen = stream_key(record, token.name, key, now, moved)
     name = slot_name(token.name, chosen)
-    slot = find_slot(record, name, moved)
-    if slot is not None and slot.has_value:
-        return SignalDecision(SignalResult.DUPLICATE)
-    if slot is not None and slot.expired:
-        return SignalDecision(SignalResult.CLOSED)
-    if deadline_passed_for(record, name, now):
-        # The sender is told "closed": make it so for good, even if another listed key wakes
-        # the task, so no later delivery to this key can contradict that answer.
-        expired = (slot or SignalSlot()).model_copy(update={"expired": True})
-        return SignalDecision(
-            SignalResult.CLOSED, bump(record, signals={**record.signals, name: expired})
-        )
+    refused = refuse_key(record, name, now, moved=moved)
+    if refused is not None:
+        return refused
     check_signal_budget(record, name, size)
     stored = SignalSlot(version=token.version, value=dumped, has_value=True, failure=failure)
     streams = record.streams

@@ -133,10 +133,13 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
     def signal_route(
         route: str, session_id: str, task_id: str, signal: str, key: str
     ) -> Response[Any]:
+        """Every route by task id; ``route`` says what its body is: a value (``signal``), a
+        failure (``signal_failure``) or nothing to read (``signal_beat``: a beat)."""
         current = require(deps)
         session_id, task_id = _decoded(session_id), _decoded(task_id)
         signal, key = _decoded(signal), _decoded(key)
-        body, headers = request()
+        # A value's body is read as sent before any check; a beat's is ignored, never read.
+        sent = request() if route != "signal_beat" else None
         _check_path(session_id, {"task_id": task_id, "signal": signal, "key": key})
         # IAM-authorised like the sessions API: the session's owner and administrators only,
         # checked on the one read that also gives the head and the task to deliver with.
@@ -145,15 +148,21 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
             at_head = task_at_head_for(current.store, session_id, task_id, caller)
         except (NotAllowed, NoPrincipal) as exc:
             raise WebhookRejected(403, str(exc)) from None
-        parsed = parse_json_body(body, headers.get("content-type"))
-        value = delivery_of(parsed, failure_route=route == "signal_failure")
+        value: Any = None
+        if sent is not None:
+            body, headers = sent
+            parsed = parse_json_body(body, headers.get("content-type"))
+            value = delivery_of(parsed, failure_route=route == "signal_failure")
         # Only the app's answer about the caller's signal name is the caller's to read: a
         # DefinitionError from anywhere else (the store, the engine) is a 500 with fixed text.
         try:
             current.app.signal_token(signal)
         except DefinitionError as exc:
             raise WebhookRejected(404, str(exc)) from None
-        decision = deliver(current, session_id, task_id, signal, key, value, at_head=at_head)
+        if sent is None:
+            decision = beat(current, session_id, task_id, signal, key, at_head=at_head)
+        else:
+            decision = deliver(current, session_id, task_id, signal, key, value, at_head=at_head)
         return delivered(route, decision, session_id, task_id)
 
     # --- heartbeats: the same checks as a value's request, then a beat (no body parsed) ---
@@ -169,21 +178,7 @@ def register(app: "APIGatewayHttpResolver", deps: Deps | None) -> None:
 
     @app.post(_rule(SIGNAL_ROUTES["signal_beat"]), include_in_schema=False)
     def by_task_id_beat(session_id: str, task_id: str, signal: str, key: str) -> Response[Any]:
-        current = require(deps)
-        session_id, task_id = _decoded(session_id), _decoded(task_id)
-        signal, key = _decoded(signal), _decoded(key)
-        _check_path(session_id, {"task_id": task_id, "signal": signal, "key": key})
-        try:
-            caller = caller_of(app.current_event.raw_event, current.admin_principals)
-            at_head = task_at_head_for(current.store, session_id, task_id, caller)
-        except (NotAllowed, NoPrincipal) as exc:
-            raise WebhookRejected(403, str(exc)) from None
-        try:  # only the app's answer about the caller's signal name is the caller's to read
-            current.app.signal_token(signal)
-        except DefinitionError as exc:
-            raise WebhookRejected(404, str(exc)) from None
-        decision = beat(current, session_id, task_id, signal, key, at_head=at_head)
-        return delivered("signal_beat", decision, session_id, task_id)
+        return signal_route("signal_beat", session_id, task_id, signal, key)
 
     def wrong_method(method: str, template: str) -> Callable[[], Response[Any]]:
         # Declares no parameters: Powertools would take a defaulted one for a query parameter.

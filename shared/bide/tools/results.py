@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ..engine.signals import SignalKey
+from ..engine.state import Sleeping, Waiting
 
 
 class ToolErrorCode(enum.StrEnum):
@@ -89,3 +90,17 @@ class Wait:
 
 
 Park = Sleep | Wait
+
+
+def park_state(park: Park, checkpoint: Any) -> Sleeping | Waiting:
+    """The state a task commits for ``park``, keeping ``checkpoint`` (the caller's own, which
+    wraps the park's). Raises pydantic's ``ValidationError`` for a malformed park."""
+    if isinstance(park, Sleep):
+        return Sleeping(
+            checkpoint=checkpoint,
+            until=park.until,
+            signals=tuple(park.signals),
+            heartbeat=park.heartbeat,
+            expire_on_deadline=park.expire_on_deadline,
+        )
+    return Waiting(checkpoint=checkpoint, on=tuple(park.on), policy=park.policy)

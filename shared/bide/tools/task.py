@@ -29,7 +29,6 @@ from ..engine.state import (
     Running,
     Sleeping,
     Terminal,
-    Waiting,
     WakeReason,
 )
 from ..engine.tasks import TaskDefinition, TaskView, define_task
@@ -37,7 +36,7 @@ from .api import ToolExecutionApi
 from .define import ToolArgumentsError, ToolDefinition
 from .hooks import Block, Replace, ToolCall
 from .redaction import scrub_value
-from .results import Sleep, ToolErrorCode, ToolResult, Wait
+from .results import Sleep, ToolErrorCode, ToolResult, Wait, park_state
 
 if TYPE_CHECKING:
     from ..engine.records import TaskRecord
@@ -128,14 +127,7 @@ async def _call_phase(registry: ToolRegistry, task: TaskView, rt: Runtime) -> No
     tool = registry.get(spec.name)
     if tool is None:
         text = f"no tool named {spec.name!r} is available"
-        await _settle(
-            registry,
-            task,
-            rt,
-            call,
-            ToolResult.error(ToolErrorCode.TOOL_UNAVAILABLE, text),
-            failed=True,
-        )
+        await _unavailable(registry, task, rt, call, text)
         return
     try:
         tool.parse(call.arguments)
@@ -253,17 +245,7 @@ async def _park(
         "checkpoint": park.checkpoint,
     }
     try:
-        if isinstance(park, Sleep):
-            state: Sleeping | Waiting = Sleeping(
-                checkpoint=checkpoint,
-                until=park.until,
-                signals=tuple(park.signals),
-                heartbeat=park.heartbeat,
-                expire_on_deadline=park.expire_on_deadline,
-            )
-        else:
-            state = Waiting(checkpoint=checkpoint, on=tuple(park.on), policy=park.policy)
-        await rt.commit(state)
+        await rt.commit(park_state(park, checkpoint))
     except (InvalidPark, ValidationError) as exc:
         await _settle(
             registry, task, rt, call, ToolResult.error(ToolErrorCode.INVALID_PARK, str(exc))
@@ -283,14 +265,7 @@ async def _woken(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
     tool = registry.get(spec.name)
     if tool is None:
         text = f"tool {spec.name!r} was removed while the call was parked"
-        await _settle(
-            registry,
-            task,
-            rt,
-            call,
-            ToolResult.error(ToolErrorCode.TOOL_UNAVAILABLE, text),
-            failed=True,
-        )
+        await _unavailable(registry, task, rt, call, text)
         return
     wake = task.wake
     intent = {
@@ -399,6 +374,14 @@ async def _finish_result(
         index += 1
     duration = round((rt.now() - task.created_at) * 1000, 3)
     return result.model_copy(update={"diagnostics": tuple(diagnostics), "duration_ms": duration})
+
+
+async def _unavailable(
+    registry: ToolRegistry, task: TaskView, rt: Runtime, call: ToolCall, text: str
+) -> None:
+    """End the call failed with ``tool_unavailable``: no tool by its name (any more)."""
+    result = ToolResult.error(ToolErrorCode.TOOL_UNAVAILABLE, text)
+    await _settle(registry, task, rt, call, result, failed=True)
 
 
 async def _settle(

@@ -35,12 +35,12 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..engine.errors import InvalidPark, InvocationEnded, UnknownTaskKind
 from ..engine.signals import SignalToken
-from ..engine.state import Aborted, Completed, Failed, Outcome, Running, Sleeping, Terminal, Waiting
+from ..engine.state import Aborted, Completed, Failed, Outcome, Running, Terminal
 from ..engine.tasks import TaskDefinition, TaskView, define_task
 from ..tools.api import ToolExecutionApi
 from ..tools.define import WorkflowTool
 from ..tools.redaction import scrub, scrub_value
-from ..tools.results import Sleep, ToolErrorCode, ToolResult, Wait
+from ..tools.results import Sleep, ToolErrorCode, ToolResult, Wait, park_state
 from .context import Errored, Finished, Parked, RunHost, open_requests, run_body
 from .history import WEBHOOK
 from .index import ENDED_KEY, BackgroundTaskInfo, TaskStatus, index_key
@@ -306,17 +306,7 @@ async def _run(kinds: _Kinds, task: TaskView, rt: Runtime, *, wake: Any, checkpo
 async def _park(kinds: _Kinds, task: TaskView, rt: Runtime, park: Sleep | Wait) -> None:
     checkpoint = {"phase": "parked", "checkpoint": park.checkpoint}
     try:
-        if isinstance(park, Sleep):
-            state: Sleeping | Waiting = Sleeping(
-                checkpoint=checkpoint,
-                until=park.until,
-                signals=tuple(park.signals),
-                heartbeat=park.heartbeat,
-                expire_on_deadline=park.expire_on_deadline,
-            )
-        else:
-            state = Waiting(checkpoint=checkpoint, on=tuple(park.on), policy=park.policy)
-        await rt.commit(state)
+        await rt.commit(park_state(park, checkpoint))
     except (InvalidPark, ValidationError) as exc:
         await _end(kinds, task, rt, "failed", error=f"invalid park: {exc}")
 
