@@ -139,6 +139,32 @@ def test_a_value_after_a_missed_beat_is_closed_even_before_the_wake_runs():
     run(go())
 
 
+def test_a_delivery_after_the_deadline_marks_the_key_expired_in_the_store():
+    # "closed" is an answer for good: the refusal writes the key's expiry before any wake
+    # runs, so no later delivery (a value, a failure, a beat) can contradict it.
+    for deliver in ("beat", "value"):
+
+        async def go(deliver: str = deliver) -> None:
+            k, t = await parked()
+            k.clock.advance(31)  # past beat_by; the wake has not run
+            seq = k.store.head("s1")
+            if deliver == "beat":
+                result = deliver_beat(k.store, "s1", t, ANSWER.name, "a", k.clock).result
+            else:
+                late = {"text": "late"}
+                result = deliver_signal(k.store, "s1", t, ANSWER, "a", late, k.clock).result
+            assert result == CLOSED
+            assert k.store.head("s1") == seq + 1  # the expiry was written
+            stored = k.store.get_task("s1", t)
+            assert stored is not None
+            assert stored.signals[ANSWER.key("a").slot].expired
+            later = deliver_signal(k.store, "s1", t, ANSWER, "a", {"text": "x"}, k.clock)
+            assert later.result == CLOSED
+            assert k.store.head("s1") == seq + 1  # already expired: nothing more written
+
+        run(go())
+
+
 def test_until_stays_the_hard_deadline():
     async def go():
         k, t = await parked(**{"for": 50.0})
