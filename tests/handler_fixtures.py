@@ -1,21 +1,20 @@
 """Shared pieces of the handler tests: a small test App, a moto bench (DynamoDB table, S3
 bucket, SQS FIFO wake queue, Scheduler group) with :class:`Deps` wired to it, and builders of
-synthetic API Gateway v2, SQS and Lambda context objects.
+synthetic SQS events (API Gateway v2 events and Lambda contexts are built by
+:mod:`handler_events`, re-exported here).
 
 Everything runs inside moto's ``mock_aws`` with fake credentials: nothing reaches AWS.
 Import the fixtures explicitly (``aws_fixture`` and ``bench_fixture``: pytest knows them as
 ``aws`` and ``bench``).
 
-Long because: it is the one moto bench every handler test wires; splitting it would
-spread one fixture graph over several modules.
+Long because: it is the one moto bench every handler test wires; splitting it further
+would spread one fixture graph over several modules.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
-import itertools
 import json
 import re
 import threading
@@ -23,10 +22,18 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 from aws_fixtures import LockedClient, aws_client, fake_aws_environment, unique, wake_queue
+from handler_events import (  # noqa: F401 (re-exported: handler tests import events from here)
+    ACCOUNT,
+    PRINCIPAL,
+    FakeContext,
+    hook_event,
+    http_event,
+    response_json,
+    signal_event,
+)
 from pydantic import BaseModel
 
 from bide import (
@@ -55,11 +62,8 @@ from bide.service.observability import ObservedStore
 from bide.service.webhooks import Webhook, mint_webhook
 from bide.tools import Sleep, ToolRegistry, ToolResult, define_tool
 
-ACCOUNT = "123456789012"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/bide-scheduler"
 WEBHOOK_BASE = "https://hooks.example.test"
-#: The IAM caller of every synthetic API event unless a test names another.
-PRINCIPAL = f"arn:aws:iam::{ACCOUNT}:user/alice"
 
 # --- the test app ------------------------------------------------------------------------------
 
@@ -225,107 +229,6 @@ def make_app(probe: Probe) -> App:
 def default_app() -> App:
     """``BIDE_APP=handler_fixtures:default_app`` for the Lambda adapter tests."""
     return make_app(Probe())
-
-
-# --- synthetic events ----------------------------------------------------------------------------
-
-
-@dataclass
-class FakeContext:
-    """The parts of a Lambda context the handlers and Powertools read."""
-
-    remaining_ms: int = 300_000
-    function_name: str = "bide-test"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:bide-test"
-    aws_request_id: str = "req-1"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.remaining_ms
-
-
-_request_ids = itertools.count(1)
-
-
-def http_event(
-    method: str,
-    path: str,
-    *,
-    body: Any = None,
-    raw: bytes | str | None = None,
-    headers: dict[str, str] | None = None,
-    base64_body: bool = False,
-    route_key: str = "$default",
-    principal: str | None = PRINCIPAL,
-    query: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """An API Gateway HTTP API (payload 2.0) event. ``body`` is sent as JSON; ``raw`` as is.
-    ``principal`` is the IAM caller (``requestContext.authorizer.iam.userArn``; None for
-    none, as on the webhook route); ``query`` the query string parameters."""
-    all_headers = {"content-type": "application/json"} if body is not None else {}
-    all_headers.update({k.lower(): v for k, v in (headers or {}).items()})
-    payload: bytes | None = None
-    if body is not None:
-        payload = json.dumps(body).encode()
-    elif raw is not None:
-        payload = raw if isinstance(raw, bytes) else raw.encode()
-    text: str | None = None
-    if payload is not None:
-        text = base64.b64encode(payload).decode() if base64_body else payload.decode()
-    number = next(_request_ids)
-    event: dict[str, Any] = {
-        "version": "2.0",
-        "routeKey": route_key,
-        "rawPath": path,
-        "rawQueryString": urlencode(query or {}),
-        "headers": all_headers,
-        "requestContext": {
-            "accountId": ACCOUNT,
-            "apiId": "api",
-            "domainName": "api.example.test",
-            "domainPrefix": "api",
-            "http": {
-                "method": method,
-                "path": path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": "192.0.2.1",
-                "userAgent": "pytest",
-            },
-            "requestId": f"r{number}",
-            "routeKey": route_key,
-            "stage": "$default",
-            "time": "01/Jan/2026:00:00:00 +0000",
-            "timeEpoch": 1_767_225_600_000,
-        },
-        "body": text,
-        "isBase64Encoded": base64_body,
-    }
-    if query:
-        event["queryStringParameters"] = dict(query)
-    if principal is not None:
-        event["requestContext"]["authorizer"] = {
-            "iam": {"accountId": ACCOUNT, "callerId": "AIDATEST", "userArn": principal}
-        }
-    return event
-
-
-def signal_event(
-    session_id: str, task_id: str, signal: str, key: str, value: Any = None, **kw: Any
-) -> dict[str, Any]:
-    """``POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}``."""
-    path = f"/sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}"
-    route = "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{key}"
-    return http_event("POST", path, body=value, route_key=route, **kw)
-
-
-def hook_event(token: str, raw: bytes | str | None, **kw: Any) -> dict[str, Any]:
-    """``POST /hooks/{token}`` (no IAM caller: the token is the credential)."""
-    kw.setdefault("principal", None)
-    return http_event("POST", f"/hooks/{token}", raw=raw, route_key="POST /hooks/{token}", **kw)
-
-
-def response_json(response: dict[str, Any]) -> Any:
-    return json.loads(response["body"])
 
 
 # --- the bench -----------------------------------------------------------------------------------
