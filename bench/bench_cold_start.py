@@ -51,8 +51,10 @@ NOT_BUNDLED = ("cdk", "scaffold")  # bide.cdk.bundling.NOT_BUNDLED (not imported
 TRIALS = 15
 TIMEOUT_S = 60.0
 BASELINE = "boto3"
-# An extra row, not the goal's baseline: boto3 and its client plus the other packages the
-# handlers' path imports (pydantic, asyncio, Powertools), so what Bide itself adds shows apart.
+# Extra rows, not the goal's baseline: boto3 and its client plus the other packages the
+# handlers' path imports (pydantic and asyncio; then Powertools too), so what Bide itself adds
+# shows apart from what its dependencies cost.
+CORE_DEPENDENCIES = "core"
 DEPENDENCIES = "deps"
 
 # Runs inside the fresh process. argv: target ("boto3" or a function's name), the service
@@ -67,22 +69,23 @@ marks = []
 def mark():
     marks.append((time.perf_counter() - began, time.process_time() - cpu))
 began, cpu = time.perf_counter(), time.process_time()
-if target in ("boto3", "deps"):
+if target in ("boto3", "core", "deps"):
     import boto3
-    if target == "deps":
+    if target in ("core", "deps"):
         # What the handlers' path needs from other packages, less Bide itself: pydantic (one
-        # small model built, as the engine's records are), asyncio, Powertools' logger and
-        # metrics.
+        # small model built, as the engine's records are) and asyncio; then Powertools'
+        # logger and metrics.
         import asyncio
         from pydantic import BaseModel
+        class _Probe(BaseModel):
+            id: str
+            rev: int = 0
+    if target == "deps":
         from aws_lambda_powertools import Logger
         from aws_lambda_powertools.metrics import MetricUnit
         from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
             AmazonCloudWatchEMFProvider,
         )
-        class _Probe(BaseModel):
-            id: str
-            rev: int = 0
     mark()
     boto3.client(service)
     mark()
@@ -269,7 +272,7 @@ def main() -> None:
         scratch = Path(tmp)
         build_bundle(scratch, env)
         code, layer = str(scratch / "code"), str(scratch / "layer")
-        found = {BASELINE: (BASELINE, [layer]), DEPENDENCIES: (DEPENDENCIES, [layer])}
+        found = {label: (label, [layer]) for label in (BASELINE, CORE_DEPENDENCIES, DEPENDENCIES)}
         for name in HANDLERS:
             found[name] = (name, [str(scratch / "fn" / name), code, layer])
         for target, path in found.values():  # warm the OS file cache
@@ -286,7 +289,11 @@ def main() -> None:
     report(runs, starts, trials)
 
 
-_ROW_NAMES = {BASELINE: "boto3 (baseline)", DEPENDENCIES: "+ dependencies"}
+_ROW_NAMES = {
+    BASELINE: "boto3 (baseline)",
+    CORE_DEPENDENCIES: "+ pydantic, asyncio",
+    DEPENDENCIES: "+ Powertools too",
+}
 
 
 def report(runs: dict[str, list[tuple[Marks, int]]], starts: list[float], trials: int) -> None:
@@ -318,8 +325,9 @@ def report(runs: dict[str, list[tuple[Marks, int]]], starts: list[float], trials
         line = "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
         print(f"    {name:<18}{line}{run[0][1]:>9}")
     print()
-    print("    + dependencies: the baseline plus pydantic (one model), asyncio and Powertools'")
-    print("    logger and metrics, what the handlers import besides Bide (an extra row)")
+    print("    + pydantic, asyncio: the baseline plus pydantic (one model built) and asyncio;")
+    print("    + Powertools too: and Powertools' logger and metrics: what the handlers import")
+    print("    besides Bide itself (extra rows, not the goal's baseline)")
     print(f"    interpreter start-up alone: {statistics.median(starts) * 1000:.1f} ms (wall)")
     print(f"    Python {sys.version.split()[0]}, {os.cpu_count()} cores")
 
