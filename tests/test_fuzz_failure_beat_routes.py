@@ -179,11 +179,13 @@ def failures(draw: st.DrawFn) -> tuple[Any, str | None]:
     good: dict[str, Any] = {"type": draw(TYPES), "message": draw(st.text(max_size=60))}
     if draw(st.booleans()):
         good["data"] = draw(json_values)
+    # "big data" thrice: at one in 14 a run of 150 requests saw no 413 about one time in 20,
+    # and the test requires the fuzzer to have reached that refusal.
     kind = draw(
         st.sampled_from(
             ["valid", "valid", "valid", "no type", "no message", "empty type", "long type",
              "type not text", "message not text", "long message", "deep data", "big data",
-             "extra field", "not an object"]
+             "big data", "big data", "extra field", "not an object"]
         )
     )  # fmt: skip
     bad = dict(good)
@@ -244,7 +246,9 @@ def failure_requests(draw: st.DrawFn, stage: Stage) -> tuple[str, bytes, dict[st
             sent = {"$failure": failure}
             if draw(st.integers(0, 4)) == 0:  # a key beside the envelope: never a failure
                 sent[draw(st.text(max_size=8).filter(lambda k: k != "$failure"))] = 1
-                field = "$failure"
+                # ... unless the body is refused before it is read as one: too deep for the
+                # JSON parser (past the size limit, the oracle expects 413 whatever the field).
+                field = "data" if field == "data" else "$failure"
         body = json.dumps(sent).encode()
         oracle = (failure, field)
     headers = {"Content-Type": "application/json"}
