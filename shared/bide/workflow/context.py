@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from ..engine.memo_pages import unshared
 from ..engine.signals import SignalToken
 from ..tools.redaction import SECRETS, scrub
 from ..tools.redaction import register as register_secret
@@ -393,25 +394,23 @@ class WorkflowContext:
         (or a name an older version gave it) and, when the record has one, the digest of its
         arguments (records made before digests existed are not checked)."""
         recorded = (str(record.get("op")), str(record.get("name")))
-        named = recorded[1] == op.name or recorded[1] in op.aliases
-        if recorded[0] != op.kind or not named:
-            self._nondeterminism = NonDeterminism(op.seq, recorded, (op.kind, op.name))
-        elif "args" in record and record["args"] != op.digest():
-            self._nondeterminism = NonDeterminism(
-                op.seq, recorded, (op.kind, op.name), reason="arguments"
-            )
-        if self._nondeterminism is not None:
-            raise self._nondeterminism
+        reason = "operation"
+        if recorded[0] == op.kind and (recorded[1] == op.name or recorded[1] in op.aliases):
+            if "args" not in record or record["args"] == op.digest():
+                return  # the same operation: the usual replay
+            reason = "arguments"
+        self._nondeterminism = NonDeterminism(op.seq, recorded, (op.kind, op.name), reason=reason)
+        raise self._nondeterminism
 
     async def _perform(self, op: Op[T]) -> T:
         self._usable()
         try:
-            record = await self._rt.memo(op_memo(op.seq))
+            record = self._rt.recorded(op_memo(op.seq))
             if record is not None:
                 self._same(op, record)
-            stored = await self._rt.memo(result_memo(op.seq))
+            stored = self._rt.recorded(result_memo(op.seq))
             if stored is not None:
-                return await op.decode(stored)
+                return await op.decode(unshared(stored))  # the body may change what it gets
             self._replaying = False
             if self._cancelling and (op.waits or not self._cancel_raised):
                 self._cancel_raised = True
@@ -437,7 +436,7 @@ class WorkflowContext:
 
     async def _begin(self, op: Op[Any]) -> dict[str, Any]:
         """The wait's record, written with its side effects when first evaluated."""
-        record = await self._rt.memo(op_memo(op.seq))
+        record = self._rt.recorded(op_memo(op.seq))
         if record is not None:
             self._same(op, record)
             return record  # type: ignore[no-any-return]

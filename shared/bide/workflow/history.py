@@ -76,5 +76,11 @@ def memos(rt: Runtime) -> dict[str, Any]:
 
 
 def has_history(rt: Runtime) -> bool:
-    """Whether any operation of this task was recorded."""
-    return any(name.startswith(PREFIX) for name in memos(rt))
+    """Whether any operation of this task was recorded: the record's own memos first (the
+    newest, unsealed), the sealed pages only when those hold none."""
+    record = rt._h._live.get(rt.task_id)
+    if record is None:
+        return False
+    if any(name.startswith(PREFIX) for name in record.memos):
+        return True
+    return record.memo_pages > 0 and any(name.startswith(PREFIX) for name in memos(rt))
