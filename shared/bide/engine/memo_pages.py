@@ -102,7 +102,11 @@ def unshared(value: Any) -> Any:
     may change is handed out copied, the rest as it is (strings, numbers, None)."""
     kind = type(value)
     if kind is dict:
-        return {key: unshared(item) for key, item in value.items()}
+        copied = value.copy()
+        for key, item in value.items():
+            if type(item) is dict or type(item) is list:
+                copied[key] = unshared(item)
+        return copied
     if kind is list:
         return [unshared(item) for item in value]
     return value

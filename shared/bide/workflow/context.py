@@ -410,7 +410,7 @@ class WorkflowContext:
                 self._same(op, record)
             stored = self._rt.recorded(result_memo(op.seq))
             if stored is not None:
-                return await op.decode(unshared(stored))  # the body may change what it gets
+                return op.decode(unshared(stored))  # the body may change what it gets
             self._replaying = False
             if self._cancelling and (op.waits or not self._cancel_raised):
                 self._cancel_raised = True
@@ -421,7 +421,7 @@ class WorkflowContext:
                 record = record or op.record()
                 outcome = await op.poll(record)
                 if not isinstance(outcome, Pending):
-                    return await op.decode(await self._resolve(op, record, outcome))
+                    return op.decode(unshared(await self._resolve(op, record, outcome)))
                 if self._cancelling:
                     raise Cancelled(f"cancelled at operation {op.seq} ({op.kind} {op.name!r})")
                 parked = await self._ring(op, outcome)

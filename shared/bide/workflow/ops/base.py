@@ -126,7 +126,7 @@ class Op(Generic[T]):
         """Whether the operation is resolved now."""
         raise NotImplementedError
 
-    async def decode(self, stored: dict[str, Any]) -> T:
+    def decode(self, stored: dict[str, Any]) -> T:
         """The value a recorded resolution stands for (or the error it raises)."""
         return stored.get("v")  # type: ignore[return-value]
 
@@ -148,7 +148,10 @@ _CANONICAL = json.JSONEncoder(
 """What ``json.dumps(value, sort_keys=True, separators=(",", ":"), default=...)`` builds on
 every call, built once: a replay digests every operation it passes."""
 
-_text = _CANONICAL.encode  # a str alone: its JSON string, ASCII-escaped, with no set-up
+string_json: Callable[[str], str] = _CANONICAL.encode
+"""A ``str``'s canonical JSON (ASCII-escaped), as the encoder writes it in any value:
+``JSONEncoder.encode`` writes a string alone without its per-call set-up."""
+_text = string_json
 
 
 def canonical_json(value: Any) -> str:

@@ -17,6 +17,7 @@ from .base import (
     failed,
     plain_json,
     raise_failure,
+    string_json,
 )
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class SleepOp(Op[None]):
             return Ready(None)
         return Pending(until=record["until"])
 
-    async def decode(self, stored: dict[str, Any]) -> None:
+    def decode(self, stored: dict[str, Any]) -> None:
         return None
 
 
@@ -85,12 +86,11 @@ class WaitForOp(Op[T]):
     def digest(self) -> str:
         # The digest of arguments(). A replay digests every wait it passes, so the usual one
         # (no heartbeat, plain values) has its canonical JSON written here, keys in order.
-        if self.heartbeat is None:
-            key, signal = plain_json(self._key), plain_json(self._token.name)
-            timeout = plain_json(self._timeout)
-            if key is not None and signal is not None and timeout is not None:
-                return digest_text(f'{{"key":{key},"signal":{signal},"timeout":{timeout}}}')
-        return super().digest()
+        timeout = plain_json(self._timeout) if self.heartbeat is None else None
+        if timeout is None:
+            return super().digest()
+        key, signal = string_json(self._key), string_json(self._token.name)  # both str
+        return digest_text(f'{{"key":{key},"signal":{signal},"timeout":{timeout}}}')
 
     def params(self) -> dict[str, Any]:
         now = self._ctx._rt.now()
@@ -122,7 +122,7 @@ class WaitForOp(Op[T]):
             return Raise({"type": "WaitTimeout", "message": message}, lost=True)
         return Pending(keys=(self._token.key(self._key),), until=until, heartbeat=self.heartbeat)
 
-    async def decode(self, stored: dict[str, Any]) -> T:
+    def decode(self, stored: dict[str, Any]) -> T:
         if "error" not in stored:
             return self._token.validate(stored["v"])
         raise_failure(stored)
