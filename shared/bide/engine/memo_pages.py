@@ -177,6 +177,11 @@ class PageCache:
                 _, (_, dropped) = self._pages.popitem(last=False)
                 self._bytes -= dropped
 
+    def held(self) -> list[Hashable]:
+        """The keys of the pages held, least recently used first (to inspect it)."""
+        with self._lock:
+            return list(self._pages)
+
     def clear(self) -> None:
         """Forget every page."""
         with self._lock:
@@ -215,11 +220,11 @@ class SealedCache:
     shares the pages it reads with the process's other invocations through ``pages``."""
 
     def __init__(
-        self, get_doc: GetDoc, scope: Hashable | None = None, pages: PageCache = PAGES
+        self, get_doc: GetDoc, scope: Hashable | None = None, pages: PageCache | None = None
     ) -> None:
         self._get_doc = get_doc
         self._scope = scope
-        self._shared = pages
+        self._shared = PAGES if pages is None else pages
         self._memos: dict[str, Any] = {}
         self._pages = 0
 
@@ -235,10 +240,18 @@ class SealedCache:
     def among(self, record: TaskRecord, pages: int, name: str) -> Any:
         """Memo ``name`` in the task's first ``pages`` sealed pages (committed ones), or in a
         page read before (sealed too); :data:`MISSING` when none holds it."""
+        self._read(record, pages)
+        return self._memos.get(name, MISSING)
+
+    def every(self, record: TaskRecord) -> dict[str, Any]:
+        """Like :func:`every_memo`, reading each sealed page at most once (read-only use)."""
+        self._read(record, record.memo_pages)
+        return {**self._memos, **record.memos}
+
+    def _read(self, record: TaskRecord, pages: int) -> None:
         while self._pages < pages:
             self._memos.update(self._page(record, self._pages))
             self._pages += 1
-        return self._memos.get(name, MISSING)
 
     def _page(self, record: TaskRecord, number: int) -> dict[str, Any]:
         key = None if self._scope is None else (self._scope, record.id, record.created_at, number)

@@ -128,6 +128,12 @@ class Runtime:
         found = self._sealed.find(record, name)  # on the record, or sealed in a page
         return None if found is memo_pages.MISSING else found
 
+    def recorded_memos(self) -> dict[str, Any]:
+        """Every memo of the task by name, the sealed pages' then the record's, as recorded
+        (read them only, like :meth:`recorded`): for views that list them."""
+        record = self._h._live.get(self._task_id)
+        return {} if record is None else self._sealed.every(record)
+
     def _find(self, name: str) -> Any:
         record = self._h._live.get(self._task_id)
         if record is None:
