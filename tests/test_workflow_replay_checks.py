@@ -223,3 +223,36 @@ def test_a_changed_timeout_deep_in_a_sealed_history_is_non_determinism(changed_a
         assert result.details["nondeterminism"]["reason"] == "arguments"
 
     run(go())
+
+
+def test_history_is_found_on_the_record_first_then_in_the_pages():
+    from types import SimpleNamespace
+
+    from bide.engine.records import TaskRecord
+    from bide.engine.state import Pending
+    from bide.workflow.history import has_history
+
+    def rt(memos: dict[str, Any], pages: int, sealed: dict[str, Any]):
+        state = Pending(checkpoint="p")
+        record = TaskRecord(
+            id="t",
+            session_id="s",
+            kind="k",
+            version=1,
+            memos=memos,
+            memo_pages=pages,
+            state=state,
+            created_at=0.0,
+        )
+
+        def every() -> dict[str, Any]:
+            return {**sealed, **record.memos}
+
+        harness = SimpleNamespace(_live={"t": record})
+        return SimpleNamespace(_h=harness, task_id="t", recorded_memos=every)
+
+    assert has_history(rt({"wf.9": {}}, 1, {}))  # the newest memos: no page read
+    # Only other memos on the record (a task's own, after its history was sealed).
+    assert has_history(rt({"bide.message.0": "x"}, 1, {"wf.1": {}}))
+    assert not has_history(rt({"bide.message.0": "x"}, 1, {"bide.other": 1}))
+    assert not has_history(rt({}, 0, {"wf.1": {}}))  # no page counted: none is read
