@@ -41,7 +41,7 @@ from .errors import (
     WorkflowError,
     _Suspend,
 )
-from .history import WAKE, has_history, memos, op_memo, result_memo, seq_key
+from .history import WAKE, has_history, op_memo, result_memo, seq_key
 from .nondeterminism import fewer_operations, report_nondeterminism
 from .ops import (
     AgentOp,
@@ -59,7 +59,13 @@ from .ops import (
     WaitForOp,
     WebhookOp,
 )
-from .requests import AskOption, Display, auth_key
+from .ops.base import NOT_RECORDED
+from .outcomes import Errored as Errored  # define and background import these here
+from .outcomes import Finished as Finished
+from .outcomes import Parked as Parked
+from .outcomes import RunOutcome, Unwound
+from .requests import AskOption, Display
+from .requests import open_requests as open_requests  # where define and background look
 
 if TYPE_CHECKING:
     from ..engine.runtime import Runtime
@@ -393,6 +399,9 @@ class WorkflowContext:
         """Non-determinism unless ``record`` is ``op`` as first evaluated: its kind, its name
         (or a name an older version gave it) and, when the record has one, the digest of its
         arguments (records made before digests existed are not checked)."""
+        same = record.get("op") == op.kind and record.get("name") == op.name
+        if same and ("args" not in record or record["args"] == op.digest()):
+            return  # the usual replay: the checks below, in short
         recorded = (str(record.get("op")), str(record.get("name")))
         reason = "operation"
         if recorded[0] == op.kind and (recorded[1] == op.name or recorded[1] in op.aliases):
@@ -402,15 +411,33 @@ class WorkflowContext:
         self._nondeterminism = NonDeterminism(op.seq, recorded, (op.kind, op.name), reason=reason)
         raise self._nondeterminism
 
-    async def _perform(self, op: Op[T]) -> T:
+    def _replayed(self, op: Op[T]) -> Any:
+        """``op``'s recorded value (once checked against its record), or :data:`NOT_RECORDED`
+        when its resolution is not recorded: awaiting an operation the replay passes needs no
+        coroutine (``Op.__await__``; :meth:`_perform` does the rest)."""
         self._usable()
         try:
             record = self._rt.recorded(op_memo(op.seq))
             if record is not None:
                 self._same(op, record)
             stored = self._rt.recorded(result_memo(op.seq))
-            if stored is not None:
-                return op.decode(unshared(stored))  # the body may change what it gets
+            if stored is None:
+                return NOT_RECORDED
+            return op.decode(unshared(stored))  # the body may change what it gets
+        except (_Suspend, Cancelled, Exception):
+            raise
+        except BaseException as exc:  # the invocation is over (a crash, an abort, a close)
+            self._dead = exc
+            raise
+
+    async def _perform(self, op: Op[T]) -> T:
+        self._usable()
+        try:
+            if self._rt.recorded(result_memo(op.seq)) is not None:
+                return self._replayed(op)  # type: ignore[no-any-return]
+            record = self._rt.recorded(op_memo(op.seq))
+            if record is not None:
+                self._same(op, record)
             self._replaying = False
             if self._cancelling and (op.waits or not self._cancel_raised):
                 self._cancel_raised = True
@@ -507,41 +534,6 @@ class WorkflowContext:
 # --- running a body ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Finished:
-    """The body returned ``value`` (the run's result)."""
-
-    value: Any
-
-
-@dataclass(frozen=True)
-class Errored:
-    """The body raised; the run fails with ``error``. ``nondeterminism``: the body no
-    longer replays its history (:meth:`NonDeterminism.describe`), already reported."""
-
-    error: str
-    nondeterminism: dict[str, Any] | None = None
-    failure: FailureReceived | None = None
-    """Set when the body let a received failure escape: the call ends failed with it."""
-
-
-@dataclass(frozen=True)
-class Parked:
-    """The body waits: park the task as ``park`` says; on wake, run it again."""
-
-    park: Sleep
-
-
-@dataclass(frozen=True)
-class Unwound:
-    """A cancelled body finished unwinding (``error``: what escaped its cleanup, if any)."""
-
-    error: str | None
-
-
-RunOutcome = Finished | Errored | Parked | Unwound
-
-
 async def run_body(
     host: RunHost,
     body: Callable[..., Any],
@@ -583,16 +575,3 @@ async def run_body(
         received = failure if isinstance(failure, FailureReceived) else None
         return Errored(scrub(f"{type(failure).__name__}: {failure}"), failure=received)
     return Finished(value)
-
-
-def open_requests(rt: Runtime) -> list[str]:
-    """The document keys of every question and sign-in this run published (to withdraw)."""
-    keys: list[str] = []
-    for name, value in memos(rt).items():
-        if not name.startswith("wf.") or not isinstance(value, dict):
-            continue
-        if value.get("op") == "ask" and "doc" in value:
-            keys.append(value["doc"])
-        if "auth" in value:
-            keys.append(auth_key(value["auth"]))
-    return keys

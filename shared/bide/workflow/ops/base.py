@@ -79,6 +79,10 @@ def raise_failure(stored: dict[str, Any]) -> None:
         raise FailureReceived(**error["failure"])
 
 
+NOT_RECORDED: Any = object()
+"""What replaying an operation whose resolution is not recorded returns (it runs instead)."""
+
+
 class Op(Generic[T]):
     """A durable operation. Await it (once or again: a resolved one returns its recorded
     value), or race it with :meth:`WorkflowContext.race`."""
@@ -94,7 +98,10 @@ class Op(Generic[T]):
         """Names older versions recorded for this operation (accepted on replay)."""
 
     def __await__(self) -> Generator[Any, None, T]:
-        return self._ctx._perform(self).__await__()
+        value = self._ctx._replayed(self)  # a replay passes most operations: no coroutine
+        if value is NOT_RECORDED:
+            value = yield from self._ctx._perform(self).__await__()
+        return value  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.name!r} #{self.seq}>"
