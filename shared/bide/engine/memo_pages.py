@@ -15,12 +15,27 @@ read the same way. A memo not on the record is looked for in the sealed pages, i
 of the commit first (a page sealed by it) and then in the harness's document cache, so a
 rerun finds what an earlier run recorded however it is laid out, and ``memo(name,
 candidate)`` returns the sealed value instead of writing ``candidate``.
+
+Because a sealed page never changes, a process keeps the pages it read, parsed, in one
+bounded cache shared by its invocations (:data:`PAGES`, a :class:`PageCache`): a warm
+worker replaying a long workflow body reads and parses only the pages sealed since. A page
+enters it only once read through the harness, that is from the store or from a commit that
+succeeded, never from a draft. Its key holds what makes the page the one it is: the store
+object (two stores in one process may hold the same session ids), the session, the task, the
+task's ``created_at`` and the page number. Within a session a task id is never reused (a new
+task's id must be unused, ended tasks included), and a session id reused after its session
+expired (``bide.aws.retention``) names tasks created after that expiry, so later than any
+task of the expired session: the created time tells the two apart.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from .records import TaskRecord
@@ -81,42 +96,178 @@ MISSING: Any = object()
 """What :func:`find` returns for a memo the task does not have."""
 
 
-def find(get_doc: GetDoc, record: TaskRecord, name: str) -> Any:
+def unshared(value: Any) -> Any:
+    """``value`` (a memo, JSON) copied so that it shares no ``dict`` or ``list`` with the
+    memo: sealed pages are shared by a process's invocations (:data:`PAGES`), so what code
+    may change is handed out copied, the rest as it is (strings, numbers, None)."""
+    kind = type(value)
+    if kind is dict:
+        copied = value.copy()
+        for key, item in value.items():
+            if type(item) is dict or type(item) is list:
+                copied[key] = unshared(item)
+        return copied
+    if kind is list:
+        return [unshared(item) for item in value]
+    return value
+
+
+def find(
+    get_doc: GetDoc, record: TaskRecord, name: str, committed: tuple[SealedCache, int] | None = None
+) -> Any:
     """Memo ``name`` of ``record``'s task: on the record or in a sealed page; :data:`MISSING`
-    when it has none."""
+    when it has none. With ``committed``, ``(cache, n)``: its first ``n`` pages are committed
+    ones, looked for through ``cache`` (read once); the later ones (sealed by a draft) through
+    ``get_doc``."""
     if name in record.memos:
         return record.memos[name]
-    for page in range(record.memo_pages):
+    first = 0
+    if committed is not None:
+        cache, first = committed[0], min(committed[1], record.memo_pages)
+        found = cache.among(record, first, name)
+        if found is not MISSING:
+            return found
+    for page in range(first, record.memo_pages):
         body = get_doc(page_key(record.id, page))
         if body is not None and name in body["memos"]:
             return body["memos"][name]
     return MISSING
 
 
+class PageCache:
+    """Sealed pages' memos by a key naming the page for good (see the module's docstring),
+    least recently used first out once it holds more than ``max_pages`` pages or more than
+    ``max_bytes`` bytes of their JSON. Safe to share between threads."""
+
+    def __init__(self, *, max_pages: int, max_bytes: int) -> None:
+        if max_pages < 0 or max_bytes < 0:
+            raise ValueError(f"a page cache's bounds must be >= 0, not {max_pages}, {max_bytes}")
+        self.max_pages = max_pages
+        self.max_bytes = max_bytes
+        self._pages: OrderedDict[Hashable, tuple[dict[str, Any], int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._pages)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of JSON of the pages held."""
+        return self._bytes
+
+    def get(self, key: Hashable) -> dict[str, Any] | None:
+        """The memos of the page ``key`` names, or None when not held."""
+        with self._lock:
+            found = self._pages.get(key)
+            if found is None:
+                return None
+            self._pages.move_to_end(key)
+            return found[0]
+
+    def put(self, key: Hashable, memos: dict[str, Any]) -> None:
+        """Keep a page's memos, as read from the store (the caller must not change them)."""
+        size = _size(memos)
+        with self._lock:
+            if key in self._pages or size > self.max_bytes or not self.max_pages:
+                return
+            self._pages[key] = (memos, size)
+            self._bytes += size
+            while len(self._pages) > self.max_pages or self._bytes > self.max_bytes:
+                _, (_, dropped) = self._pages.popitem(last=False)
+                self._bytes -= dropped
+
+    def held(self) -> list[Hashable]:
+        """The keys of the pages held, least recently used first (to inspect it)."""
+        with self._lock:
+            return list(self._pages)
+
+    def clear(self) -> None:
+        """Forget every page."""
+        with self._lock:
+            self._pages.clear()
+            self._bytes = 0
+
+
+PAGES = PageCache(max_pages=2048, max_bytes=8 * 1024 * 1024)
+"""The process's cache of sealed pages: at most 2,048 pages and 8 MiB of their JSON (a
+page is at most about :data:`PAGE_BYTES`). Parsed, a page of workflow memos takes about six
+times its JSON in memory: some 50 MB at the bound, against the worker's 1,024 MB default."""
+
+_SCOPES: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_SCOPE_NUMBERS = itertools.count(1)
+_SCOPES_LOCK = threading.Lock()
+
+
+def store_scope(store: Any) -> int | None:
+    """A number naming ``store`` (the object) for this process's life, never given to
+    another store, even once this one is gone; None for an object that cannot be weakly
+    referenced or hashed (its pages are then not shared)."""
+    with _SCOPES_LOCK:
+        try:
+            found = _SCOPES.get(store)
+            if found is None:
+                found = _SCOPES[store] = next(_SCOPE_NUMBERS)
+        except TypeError:
+            return None
+        return found
+
+
 class SealedCache:
     """The sealed memos of one task, read page by page as its record counts them, for one
     invocation (pages never change, so what was read stays true). Give it adopted records
-    only: a page a draft sealed is not committed yet (:func:`find` reads drafts)."""
+    only: a page a draft sealed is not committed yet (:func:`find` reads drafts). With a
+    ``scope`` (:func:`store_scope` of the store behind ``get_doc``, and the session id) it
+    shares the pages it reads with the process's other invocations through ``pages``."""
 
-    def __init__(self, get_doc: GetDoc) -> None:
+    def __init__(
+        self, get_doc: GetDoc, scope: Hashable | None = None, pages: PageCache | None = None
+    ) -> None:
         self._get_doc = get_doc
+        self._scope = scope
+        self._shared = PAGES if pages is None else pages
         self._memos: dict[str, Any] = {}
         self._pages = 0
 
     def find(self, record: TaskRecord, name: str) -> Any:
         """Like :func:`find`, reading each sealed page at most once."""
-        if name in record.memos:
-            return record.memos[name]
-        while self._pages < record.memo_pages:
-            body = self._get_doc(page_key(record.id, self._pages))
-            if body is None:  # the commit that counted the page wrote it: a store lost it
-                raise LookupError(
-                    f"sealed memo page {self._pages} of task {record.id!r} is missing from "
-                    "the store; its memos cannot be read, so the run stops here"
-                )
-            self._memos.update(body["memos"])
-            self._pages += 1
+        memos = record.memos
+        if name in memos:
+            return memos[name]
+        if self._pages < record.memo_pages:
+            return self.among(record, record.memo_pages, name)
         return self._memos.get(name, MISSING)
+
+    def among(self, record: TaskRecord, pages: int, name: str) -> Any:
+        """Memo ``name`` in the task's first ``pages`` sealed pages (committed ones), or in a
+        page read before (sealed too); :data:`MISSING` when none holds it."""
+        self._read(record, pages)
+        return self._memos.get(name, MISSING)
+
+    def every(self, record: TaskRecord) -> dict[str, Any]:
+        """Like :func:`every_memo`, reading each sealed page at most once (read-only use)."""
+        self._read(record, record.memo_pages)
+        return {**self._memos, **record.memos}
+
+    def _read(self, record: TaskRecord, pages: int) -> None:
+        while self._pages < pages:
+            self._memos.update(self._page(record, self._pages))
+            self._pages += 1
+
+    def _page(self, record: TaskRecord, number: int) -> dict[str, Any]:
+        key = None if self._scope is None else (self._scope, record.id, record.created_at, number)
+        memos = None if key is None else self._shared.get(key)
+        if memos is not None:
+            return memos
+        body = self._get_doc(page_key(record.id, number))
+        if body is None:  # the commit that counted the page wrote it: a store lost it
+            raise LookupError(
+                f"sealed memo page {number} of task {record.id!r} is missing from the store; "
+                "its memos cannot be read, so the run stops here"
+            )
+        if key is not None:
+            self._shared.put(key, body["memos"])
+        return body["memos"]  # type: ignore[no-any-return]
 
 
 def every_memo(get_doc: GetDoc, record: TaskRecord) -> dict[str, Any]:

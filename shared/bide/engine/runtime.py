@@ -49,7 +49,7 @@ class Runtime:
         assert isinstance(record.state, Running)
         self._start = record.state.checkpoint
         self.progressed = False
-        self._sealed = memo_pages.SealedCache(harness.get_doc)
+        self._sealed = memo_pages.SealedCache(harness.get_doc, _page_scope(harness))
         self.progress = ProgressStream(record.id, self.now, self._flush_progress)
         """This run's progress reports, carried to the event stream (bide.engine.progress)."""
 
@@ -87,7 +87,7 @@ class Runtime:
 
         def write(d: Draft) -> bool:
             self._holder(d)
-            tx = _Tx(self._h, d, self._task_id)
+            tx = _Tx(self._h, d, self._task_id, sealed=self._sealed)
             new = state(tx) if callable(state) else state
             if new is None:  # side writes only (child tasks, signals, memos); state unchanged
                 self.progress.stage(tx, final=False, items=_items(d))
@@ -117,19 +117,42 @@ class Runtime:
         """Wait in memory for another task (e.g. a nested call this one started) to end."""
         return await self._h.wait_outcome(task_id)
 
+    def recorded(self, name: str) -> Any:
+        """The memo ``name`` as recorded (on the record or sealed in a page), or None: what
+        :meth:`memo` returns without a candidate, without a coroutine (a replay looks up two
+        memos per operation it passes). Read it only: it may be shared with other
+        invocations (copy it with :func:`~bide.engine.memo_pages.unshared` to hand it out)."""
+        record = self._h._live.get(self._task_id)
+        if record is None:
+            return None
+        found = self._sealed.find(record, name)  # on the record, or sealed in a page
+        return None if found is memo_pages.MISSING else found
+
+    def recorded_memos(self) -> dict[str, Any]:
+        """Every memo of the task by name, the sealed pages' then the record's, as recorded
+        (read them only, like :meth:`recorded`): for views that list them."""
+        record = self._h._live.get(self._task_id)
+        return {} if record is None else self._sealed.every(record)
+
+    def _find(self, name: str) -> Any:
+        record = self._h._live.get(self._task_id)
+        if record is None:
+            return memo_pages.MISSING
+        return self._sealed.find(record, name)  # on the record, or sealed in a page
+
     async def memo(self, name: str, candidate: Any = _MISSING) -> Any:
         """First-writer-wins memo; durable when this returns."""
-        record = self._h._live.get(self._task_id)
-        if record is not None:  # on the record, or sealed in a page (memo_pages)
-            found = self._sealed.find(record, name)
-            if found is not memo_pages.MISSING:
-                return found
+        found = self._find(name)
+        if found is not memo_pages.MISSING:
+            return memo_pages.unshared(found)
         if candidate is _MISSING:
             return None
         require_json(candidate, f"memo {name!r}")
 
         def write(d: Draft) -> Any:
-            return _Tx(self._h, d, self._task_id, holder=self._holder).memo(name, candidate)
+            return _Tx(self._h, d, self._task_id, holder=self._holder, sealed=self._sealed).memo(
+                name, candidate
+            )
 
         return self._h._apply(write)
 
@@ -188,7 +211,7 @@ class Runtime:
 
         def change(d: Draft) -> None:
             self._holder(d)
-            write(_Tx(self._h, d, self._task_id, holder=self._holder))
+            write(_Tx(self._h, d, self._task_id, holder=self._holder, sealed=self._sealed))
 
         with contextlib.suppress(InvocationEnded):
             self._h._apply(change)
@@ -258,6 +281,14 @@ class Runtime:
         return True
 
 
+def _page_scope(harness: Kernel) -> tuple[int, str] | None:
+    """Where sealed pages read by this runtime may be shared with the process's other
+    invocations (:data:`bide.engine.memo_pages.PAGES`): its store object and session."""
+    store = getattr(harness, "store", None)  # a harness without one shares nothing
+    number = None if store is None else memo_pages.store_scope(store)
+    return None if number is None else (number, harness.session_id)
+
+
 _SEAL_ROOM = MAX_COMMIT_ITEMS - 8
 """A memo seals a page only while its commit stays this far under the store's item limit:
 room for what the builder writes after it (progress events, a stream's head)."""
@@ -271,10 +302,18 @@ class _Tx(HostTx):
     """The ``tx`` a commit builder receives: a host transaction whose committing task owns
     what it creates, and which can write that task's memos."""
 
-    def __init__(self, harness: Kernel, d: Draft, task_id: str, holder: Any = None) -> None:
+    def __init__(
+        self,
+        harness: Kernel,
+        d: Draft,
+        task_id: str,
+        holder: Any = None,
+        sealed: memo_pages.SealedCache | None = None,
+    ) -> None:
         super().__init__(harness, d)
         self._task_id = task_id
         self._holder = holder
+        self._sealed = sealed  # the runtime's: committed pages read once
 
     @property
     def task_id(self) -> str:
@@ -311,9 +350,13 @@ class _Tx(HostTx):
         (:mod:`bide.engine.memo_pages`; else a later memo seals it)."""
         record = self._holder(self._d) if self._holder else self._d.get(self._task_id)
         assert record is not None
-        found = memo_pages.find(self._d.get_doc, record, name)
+        adopted = self._h._live.get(self._task_id)
+        committed = None
+        if self._sealed is not None and adopted is not None:
+            committed = (self._sealed, adopted.memo_pages)
+        found = memo_pages.find(self._d.get_doc, record, name, committed)
         if found is not memo_pages.MISSING:
-            return found
+            return memo_pages.unshared(found)
         require_json(value, f"memo {name!r}")
         written = bump(record, memos={**record.memos, name: value})
         sealed = memo_pages.seal(written)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from ..engine.memo_pages import unshared
 from ..engine.signals import SignalToken
 from ..tools.redaction import SECRETS, scrub
 from ..tools.redaction import register as register_secret
@@ -40,7 +41,7 @@ from .errors import (
     WorkflowError,
     _Suspend,
 )
-from .history import WAKE, has_history, memos, op_memo, result_memo, seq_key
+from .history import WAKE, has_history, op_memo, result_memo, seq_key
 from .nondeterminism import fewer_operations, report_nondeterminism
 from .ops import (
     AgentOp,
@@ -58,7 +59,13 @@ from .ops import (
     WaitForOp,
     WebhookOp,
 )
-from .requests import AskOption, Display, auth_key
+from .ops.base import NOT_RECORDED
+from .outcomes import Errored as Errored  # define and background import these here
+from .outcomes import Finished as Finished
+from .outcomes import Parked as Parked
+from .outcomes import RunOutcome, Unwound
+from .requests import AskOption, Display
+from .requests import open_requests as open_requests  # where define and background look
 
 if TYPE_CHECKING:
     from ..engine.runtime import Runtime
@@ -392,26 +399,45 @@ class WorkflowContext:
         """Non-determinism unless ``record`` is ``op`` as first evaluated: its kind, its name
         (or a name an older version gave it) and, when the record has one, the digest of its
         arguments (records made before digests existed are not checked)."""
+        same = record.get("op") == op.kind and record.get("name") == op.name
+        if same and ("args" not in record or record["args"] == op.digest()):
+            return  # the usual replay: the checks below, in short
         recorded = (str(record.get("op")), str(record.get("name")))
-        named = recorded[1] == op.name or recorded[1] in op.aliases
-        if recorded[0] != op.kind or not named:
-            self._nondeterminism = NonDeterminism(op.seq, recorded, (op.kind, op.name))
-        elif "args" in record and record["args"] != op.digest():
-            self._nondeterminism = NonDeterminism(
-                op.seq, recorded, (op.kind, op.name), reason="arguments"
-            )
-        if self._nondeterminism is not None:
-            raise self._nondeterminism
+        reason = "operation"
+        if recorded[0] == op.kind and (recorded[1] == op.name or recorded[1] in op.aliases):
+            if "args" not in record or record["args"] == op.digest():
+                return  # the same operation: the usual replay
+            reason = "arguments"
+        self._nondeterminism = NonDeterminism(op.seq, recorded, (op.kind, op.name), reason=reason)
+        raise self._nondeterminism
+
+    def _replayed(self, op: Op[T]) -> Any:
+        """``op``'s recorded value (once checked against its record), or :data:`NOT_RECORDED`
+        when its resolution is not recorded: awaiting an operation the replay passes needs no
+        coroutine (``Op.__await__``; :meth:`_perform` does the rest)."""
+        self._usable()
+        try:
+            record = self._rt.recorded(op_memo(op.seq))
+            if record is not None:
+                self._same(op, record)
+            stored = self._rt.recorded(result_memo(op.seq))
+            if stored is None:
+                return NOT_RECORDED
+            return op.decode(unshared(stored))  # the body may change what it gets
+        except (_Suspend, Cancelled, Exception):
+            raise
+        except BaseException as exc:  # the invocation is over (a crash, an abort, a close)
+            self._dead = exc
+            raise
 
     async def _perform(self, op: Op[T]) -> T:
         self._usable()
         try:
-            record = await self._rt.memo(op_memo(op.seq))
+            if self._rt.recorded(result_memo(op.seq)) is not None:
+                return self._replayed(op)  # type: ignore[no-any-return]
+            record = self._rt.recorded(op_memo(op.seq))
             if record is not None:
                 self._same(op, record)
-            stored = await self._rt.memo(result_memo(op.seq))
-            if stored is not None:
-                return await op.decode(stored)
             self._replaying = False
             if self._cancelling and (op.waits or not self._cancel_raised):
                 self._cancel_raised = True
@@ -422,7 +448,7 @@ class WorkflowContext:
                 record = record or op.record()
                 outcome = await op.poll(record)
                 if not isinstance(outcome, Pending):
-                    return await op.decode(await self._resolve(op, record, outcome))
+                    return op.decode(unshared(await self._resolve(op, record, outcome)))
                 if self._cancelling:
                     raise Cancelled(f"cancelled at operation {op.seq} ({op.kind} {op.name!r})")
                 parked = await self._ring(op, outcome)
@@ -437,7 +463,7 @@ class WorkflowContext:
 
     async def _begin(self, op: Op[Any]) -> dict[str, Any]:
         """The wait's record, written with its side effects when first evaluated."""
-        record = await self._rt.memo(op_memo(op.seq))
+        record = self._rt.recorded(op_memo(op.seq))
         if record is not None:
             self._same(op, record)
             return record  # type: ignore[no-any-return]
@@ -508,41 +534,6 @@ class WorkflowContext:
 # --- running a body ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Finished:
-    """The body returned ``value`` (the run's result)."""
-
-    value: Any
-
-
-@dataclass(frozen=True)
-class Errored:
-    """The body raised; the run fails with ``error``. ``nondeterminism``: the body no
-    longer replays its history (:meth:`NonDeterminism.describe`), already reported."""
-
-    error: str
-    nondeterminism: dict[str, Any] | None = None
-    failure: FailureReceived | None = None
-    """Set when the body let a received failure escape: the call ends failed with it."""
-
-
-@dataclass(frozen=True)
-class Parked:
-    """The body waits: park the task as ``park`` says; on wake, run it again."""
-
-    park: Sleep
-
-
-@dataclass(frozen=True)
-class Unwound:
-    """A cancelled body finished unwinding (``error``: what escaped its cleanup, if any)."""
-
-    error: str | None
-
-
-RunOutcome = Finished | Errored | Parked | Unwound
-
-
 async def run_body(
     host: RunHost,
     body: Callable[..., Any],
@@ -584,16 +575,3 @@ async def run_body(
         received = failure if isinstance(failure, FailureReceived) else None
         return Errored(scrub(f"{type(failure).__name__}: {failure}"), failure=received)
     return Finished(value)
-
-
-def open_requests(rt: Runtime) -> list[str]:
-    """The document keys of every question and sign-in this run published (to withdraw)."""
-    keys: list[str] = []
-    for name, value in memos(rt).items():
-        if not name.startswith("wf.") or not isinstance(value, dict):
-            continue
-        if value.get("op") == "ask" and "doc" in value:
-            keys.append(value["doc"])
-        if "auth" in value:
-            keys.append(auth_key(value["auth"]))
-    return keys

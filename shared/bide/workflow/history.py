@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from ..engine import memo_pages
 from ..engine.signals import SignalToken, define_signal
 
 if TYPE_CHECKING:
@@ -70,11 +69,16 @@ def derived_id(prefix: str, *parts: object) -> str:
 
 def memos(rt: Runtime) -> dict[str, Any]:
     """The task's memos as last adopted (read-only use): to find what a run recorded. Those
-    of sealed pages too (:mod:`bide.engine.memo_pages`), read once per harness."""
-    record = rt._h._live.get(rt.task_id)
-    return memo_pages.every_memo(rt._h.get_doc, record) if record is not None else {}
+    of sealed pages too (:mod:`bide.engine.memo_pages`), read once per process."""
+    return rt.recorded_memos()
 
 
 def has_history(rt: Runtime) -> bool:
-    """Whether any operation of this task was recorded."""
-    return any(name.startswith(PREFIX) for name in memos(rt))
+    """Whether any operation of this task was recorded: the record's own memos first (the
+    newest, unsealed), the sealed pages only when those hold none."""
+    record = rt._h._live.get(rt.task_id)
+    if record is None:
+        return False
+    if any(name.startswith(PREFIX) for name in record.memos):
+        return True
+    return record.memo_pages > 0 and any(name.startswith(PREFIX) for name in memos(rt))

@@ -26,10 +26,11 @@ from ..engine.host import HostTx
 from ..engine.limits import check_value
 from ..engine.signals import SignalResult
 from ..engine.store.base import Store
-from .history import WAKE
+from .history import WAKE, memos
 
 if TYPE_CHECKING:
     from ..engine.harness import Draft, Harness
+    from ..engine.runtime import Runtime
 
 Display = Literal["confirmation", "select", "text"]
 RequestStatus = Literal["open", "answered", "failed", "completed", "withdrawn"]
@@ -280,3 +281,16 @@ def pending_authorizations(
 ) -> list[AuthorizationRequest]:
     """The session's open sign-in requests, from a harness or from a store."""
     return [AuthorizationRequest.model_validate(b) for b in _open(source, AUTH_PREFIX, session_id)]
+
+
+def open_requests(rt: Runtime) -> list[str]:
+    """The document keys of every question and sign-in this run published (to withdraw)."""
+    keys: list[str] = []
+    for name, value in memos(rt).items():
+        if not name.startswith("wf.") or not isinstance(value, dict):
+            continue
+        if value.get("op") == "ask" and "doc" in value:
+            keys.append(value["doc"])
+        if "auth" in value:
+            keys.append(auth_key(value["auth"]))
+    return keys

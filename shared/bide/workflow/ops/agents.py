@@ -89,7 +89,7 @@ class AgentOp(Op[str]):
                 return Pending(keys=(SUBMISSION_SETTLED.key(key),))
             index += 1
 
-    async def decode(self, stored: dict[str, Any]) -> str:
+    def decode(self, stored: dict[str, Any]) -> str:
         value = stored["v"]
         if value["status"] != "done":
             raise SubagentFailed(self.name, value["status"], value.get("error"))

@@ -75,6 +75,6 @@ class AskOp(Op[AskAnswer]):
             raise WorkflowError(f"question {self._request.id!r} was withdrawn")
         return Pending(bells=(record["doc"],))
 
-    async def decode(self, stored: dict[str, Any]) -> AskAnswer:
+    def decode(self, stored: dict[str, Any]) -> AskAnswer:
         raise_failure(stored)
         return AskAnswer.model_validate(stored["v"])

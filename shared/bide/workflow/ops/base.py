@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -78,6 +79,10 @@ def raise_failure(stored: dict[str, Any]) -> None:
         raise FailureReceived(**error["failure"])
 
 
+NOT_RECORDED: Any = object()
+"""What replaying an operation whose resolution is not recorded returns (it runs instead)."""
+
+
 class Op(Generic[T]):
     """A durable operation. Await it (once or again: a resolved one returns its recorded
     value), or race it with :meth:`WorkflowContext.race`."""
@@ -93,7 +98,10 @@ class Op(Generic[T]):
         """Names older versions recorded for this operation (accepted on replay)."""
 
     def __await__(self) -> Generator[Any, None, T]:
-        return self._ctx._perform(self).__await__()
+        value = self._ctx._replayed(self)  # a replay passes most operations: no coroutine
+        if value is NOT_RECORDED:
+            value = yield from self._ctx._perform(self).__await__()
+        return value  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.name!r} #{self.seq}>"
@@ -125,7 +133,7 @@ class Op(Generic[T]):
         """Whether the operation is resolved now."""
         raise NotImplementedError
 
-    async def decode(self, stored: dict[str, Any]) -> T:
+    def decode(self, stored: dict[str, Any]) -> T:
         """The value a recorded resolution stands for (or the error it raises)."""
         return stored.get("v")  # type: ignore[return-value]
 
@@ -133,7 +141,12 @@ class Op(Generic[T]):
 def digest_of(value: Any) -> str:
     """A digest of a JSON value that does not depend on key order, the process or the
     Python version: canonical JSON (sorted keys, no spaces), SHA-256, 16 bytes in hex."""
-    return hashlib.sha256(_CANONICAL.encode(value).encode()).hexdigest()[:32]
+    return digest_text(canonical_json(value))
+
+
+def digest_text(canonical: str) -> str:
+    """:func:`digest_of` a value given its canonical JSON (:func:`canonical_json`)."""
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
 _CANONICAL = json.JSONEncoder(
@@ -141,6 +154,55 @@ _CANONICAL = json.JSONEncoder(
 )
 """What ``json.dumps(value, sort_keys=True, separators=(",", ":"), default=...)`` builds on
 every call, built once: a replay digests every operation it passes."""
+
+string_json: Callable[[str], str] = _CANONICAL.encode
+"""A ``str``'s canonical JSON (ASCII-escaped), as the encoder writes it in any value:
+``JSONEncoder.encode`` writes a string alone without its per-call set-up."""
+_text = string_json
+
+
+def canonical_json(value: Any) -> str:
+    """``_CANONICAL.encode(value)``: the canonical JSON a digest hashes. A flat object of
+    plain values (most operations' arguments: a wait's signal, key and timeout) is written
+    by :func:`_flat_object`, sparing the encoder's per-call set-up on every replayed
+    operation; anything else goes to the encoder."""
+    flat = _flat_object(value) if type(value) is dict else None
+    return _CANONICAL.encode(value) if flat is None else flat
+
+
+def _flat_object(value: dict[Any, Any]) -> str | None:
+    """What the encoder writes for ``value`` when its keys are ``str`` and its values plain
+    (:func:`plain_json`), keys sorted; None for anything else (the encoder writes it)."""
+    try:
+        keys = sorted(value)
+    except TypeError:  # keys that do not sort: the encoder raises its own error
+        return None
+    parts = []
+    for key in keys:
+        text = plain_json(value[key])
+        if text is None or type(key) is not str:
+            return None
+        parts.append(f"{_text(key)}:{text}")
+    return "{" + ",".join(parts) + "}"
+
+
+def plain_json(value: Any) -> str | None:
+    """What the encoder writes for a plain value: an exact ``str`` (as ``JSONEncoder.encode``
+    writes a string alone), None, a ``bool``, an exact ``int`` or a finite ``float`` (as
+    ``repr`` writes them, as the encoder does); None for anything else (containers,
+    subclasses, NaN and infinities)."""
+    kind = type(value)
+    if kind is str:
+        return _text(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    return None
 
 
 def describe(value: Any) -> str:

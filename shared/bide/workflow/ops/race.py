@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ...engine.memo_pages import unshared
 from ...engine.signals import SignalKey
 from ..errors import WorkflowError
 from ..history import result_memo
@@ -131,13 +132,13 @@ class RaceOp(Op[Any]):
             return Ready({"winner": index})
         return _merge(waiting, until)
 
-    async def decode(self, stored: dict[str, Any]) -> Any:
+    def decode(self, stored: dict[str, Any]) -> Any:
         winner = stored["v"]["winner"]
         if winner is None:
             return None if self._legacy else RaceResult(None)
         op = self._ops[winner]
-        own = await self._ctx._rt.memo(result_memo(op.seq))
-        value = await op.decode(own)  # a winner that resolved with an error raises it here
+        own = unshared(self._ctx._rt.recorded(result_memo(op.seq)))
+        value = op.decode(own)  # a winner that resolved with an error raises it here
         return value if self._legacy else RaceResult(winner, value)
 
 

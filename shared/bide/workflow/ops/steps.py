@@ -144,7 +144,7 @@ class StepOp(Op[Any]):
         await self._attempt(record, attempt, {"auth": request.id, "provider": provider}, request)
         return Pending(bells=(auth_key(request.id),))
 
-    async def decode(self, stored: dict[str, Any]) -> Any:
+    def decode(self, stored: dict[str, Any]) -> Any:
         if "error" in stored:
             raise StepFailed.from_record(self.name, stored["error"])
         return stored.get("v")

@@ -7,7 +7,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ...engine.failures import SignalFailed
 from ...engine.signals import SignalExpired, SignalToken, SignalValue
 from ..errors import HeartbeatMissed, WaitTimeout, WorkflowError
-from .base import Op, Outcome, Pending, Raise, Ready, failed, raise_failure
+from .base import (
+    Op,
+    Outcome,
+    Pending,
+    Raise,
+    Ready,
+    digest_text,
+    failed,
+    plain_json,
+    raise_failure,
+    string_json,
+)
 
 if TYPE_CHECKING:
     from ..context import WorkflowContext
@@ -37,7 +48,7 @@ class SleepOp(Op[None]):
             return Ready(None)
         return Pending(until=record["until"])
 
-    async def decode(self, stored: dict[str, Any]) -> None:
+    def decode(self, stored: dict[str, Any]) -> None:
         return None
 
 
@@ -58,7 +69,8 @@ class WaitForOp(Op[T]):
         heartbeat: float | None = None,
     ) -> None:
         super().__init__(ctx, f"{token.name}/{key}")
-        token.key(key)  # validates the key now
+        if not isinstance(key, str) or not key:
+            token.key(key)  # refuses it now, with the token's own error
         if heartbeat is not None and not (isinstance(heartbeat, int | float) and heartbeat > 0):
             raise WorkflowError(f"wait_for {self.name!r}: heartbeat must be > 0 seconds")
         self._token = token
@@ -70,6 +82,15 @@ class WaitForOp(Op[T]):
         args = {"signal": self._token.name, "key": self._key, "timeout": self._timeout}
         # Enters the digest only when set: older histories keep replaying.
         return args if self.heartbeat is None else {**args, "heartbeat": self.heartbeat}
+
+    def digest(self) -> str:
+        # The digest of arguments(). A replay digests every wait it passes, so the usual one
+        # (no heartbeat, plain values) has its canonical JSON written here, keys in order.
+        timeout = plain_json(self._timeout) if self.heartbeat is None else None
+        if timeout is None:
+            return super().digest()
+        key, signal = string_json(self._key), string_json(self._token.name)  # both str
+        return digest_text(f'{{"key":{key},"signal":{signal},"timeout":{timeout}}}')
 
     def params(self) -> dict[str, Any]:
         now = self._ctx._rt.now()
@@ -101,9 +122,9 @@ class WaitForOp(Op[T]):
             return Raise({"type": "WaitTimeout", "message": message}, lost=True)
         return Pending(keys=(self._token.key(self._key),), until=until, heartbeat=self.heartbeat)
 
-    async def decode(self, stored: dict[str, Any]) -> T:
+    def decode(self, stored: dict[str, Any]) -> T:
+        if "error" not in stored:
+            return self._token.validate(stored["v"])
         raise_failure(stored)
-        if "error" in stored:
-            error = HeartbeatMissed if stored["error"]["type"] == "HeartbeatMissed" else WaitTimeout
-            raise error(stored["error"]["message"])
-        return self._token.validate(stored["v"])
+        error = HeartbeatMissed if stored["error"]["type"] == "HeartbeatMissed" else WaitTimeout
+        raise error(stored["error"]["message"])

@@ -58,7 +58,7 @@ class WebhookOp(Op["Webhook"]):
             nonce=nonce,
         )
 
-    async def decode(self, stored: dict[str, Any]) -> Webhook:
+    def decode(self, stored: dict[str, Any]) -> Webhook:
         # One handle per webhook: it knows which requests the body already took.
         if self._handle is None and "nonce" not in stored["v"]:
             # Recorded by an earlier version (its URL held a stored secret: no longer accepted).
@@ -102,7 +102,7 @@ class NextRequestOp(Op[Any]):
                 continue
             return Pending(keys=(WEBHOOK.key(key),))
 
-    async def decode(self, stored: dict[str, Any]) -> Any:
+    def decode(self, stored: dict[str, Any]) -> Any:
         taken = stored["v"] if "v" in stored else stored["error"]
         self._hook._next = max(self._hook._next, taken["index"] + 1)
         raise_failure(stored)
