@@ -35,7 +35,13 @@ favourable shape:
   bide tool loop      one tool call whose execute() parked on a fresh signal key N times;
   bide workflow body  one workflow-tool call whose body did N ``await ctx.wait_for(TICK,
                       f"k{i}")`` (issue 12 goal 1: its replay reads only what it must, and a
-                      resume stays >= 5x cheaper than the SDK's at 1,000 operations);
+                      resume stays >= 5x cheaper than the SDK's at 1,000 operations); a
+                      warm worker's round: its process keeps the sealed memo pages it read
+                      (bide.engine.memo_pages.PAGES), as a warm Lambda worker does;
+  bide workflow body, cold pages
+                      the same body, but each round's worker shares no cached page with the
+                      previous rounds (a new store object each round, so its pages are read
+                      and parsed from the store again): a worker's first round in a process;
   bide N tasks        (favourable shape, not the SDK's loop) N earlier tasks that each waited
                       once and completed, and one live task: loading reads live tasks only.
 
@@ -59,7 +65,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from _common import load_line, median_ms, n_heads, row, timed_run
@@ -69,6 +75,8 @@ from bench_engine import TICK, Cycler, Waiter, build_session
 from pydantic import BaseModel
 
 from bide import Harness, ManualClock, SequentialIds, SignalResult, SQLiteStore, deliver_signal
+from bide.engine.store.base import Store
+from bide.engine.store.wrapper import StoreWrapper
 from bide.tools import Sleep, ToolRegistry, define_tool
 from bide.workflow import define_workflow_tool
 
@@ -222,7 +230,7 @@ TOOLS = ToolRegistry(
 )
 
 
-def harness(store: SQLiteStore, session: str, ids: SequentialIds) -> Harness:
+def harness(store: Store, session: str, ids: SequentialIds) -> Harness:
     return Harness(store, session, [Cycler, Waiter, TOOLS.task], clock=ManualClock(), ids=ids)
 
 
@@ -234,6 +242,7 @@ class BideSession:
     next_key: int  # the key the live task is parked on
     ids: SequentialIds
     record_bytes: int = 0  # the live task's record (JSON) after the last round
+    cold_pages: bool = False  # each round's worker shares no cached sealed page with the last
 
 
 async def timed_round(s: BideSession, clock: ManualClock) -> float:
@@ -241,7 +250,9 @@ async def timed_round(s: BideSession, clock: ManualClock) -> float:
     run (a new Harness opens the session and runs until it is parked again)."""
     began = time.perf_counter()
     decision = deliver_signal(s.store, s.session, s.task, TICK, f"k{s.next_key}", s.next_key, clock)
-    h = harness(s.store, s.session, s.ids)
+    # Sealed pages are cached per store object: a new (pass-through) one is a new worker
+    # process as far as the cache goes.
+    h = harness(StoreWrapper(s.store) if s.cold_pages else s.store, s.session, s.ids)
     await h.open()
     await h.run_until_parked()
     await h.close()
@@ -288,6 +299,9 @@ async def build_bide(store: SQLiteStore, history: int, batch: int) -> dict[str, 
         "bide task loop": await build_loop(store, f"loop-{name}", history, "task"),
         "bide tool loop": await build_loop(store, f"tool-{name}", history, "tool"),
         "bide workflow body": await build_loop(store, f"flow-{name}", history, "workflow"),
+        COLD: replace(
+            await build_loop(store, f"cold-{name}", history, "workflow"), cold_pages=True
+        ),
         FAVOURABLE: await build_tasks(store, f"tasks-{name}", history),
     }
 
@@ -302,7 +316,8 @@ SDK_MARKS = {
 }
 SDK_WAIT_FOR = "sdk wait_for_callback: reach"
 FAVOURABLE = "bide N tasks (favourable)"
-BIDE_SERIES = ("bide task loop", "bide tool loop", "bide workflow body", FAVOURABLE)
+COLD = "bide workflow body, cold pages"
+BIDE_SERIES = ("bide task loop", "bide tool loop", "bide workflow body", COLD, FAVOURABLE)
 
 
 @dataclass
