@@ -69,6 +69,22 @@ def alarm_body(session_id: str, at: float, arming: str) -> str:
     return json.dumps({"session_id": session_id, "reason": "alarm", "at": at, "arming": arming})
 
 
+ARM_ATTEMPTS = 3
+"""Creates an arming tries in all when the schedule keeps vanishing between a refused create
+and its update (see :meth:`SchedulerAlarms.arm`)."""
+
+
+def _refused(call: Any, request: dict[str, Any], code: str) -> bool:
+    """Make the call; True when the service refused it with ``code`` (any other error raises)."""
+    try:
+        call(**request)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != code:
+            raise
+        return True
+    return False
+
+
 class SchedulerAlarms:
     """:class:`~bide.aws.ports.Alarms` on EventBridge Scheduler.
 
@@ -125,15 +141,19 @@ class SchedulerAlarms:
 
     def arm(self, session_id: str, at: float) -> bool:
         """Create the session's schedule (False), or update it when it exists (True: another
-        run's alarm was replaced, which the caller checks was not a newer one)."""
+        run's alarm was replaced, which the caller checks was not a newer one).
+
+        A schedule that exists when the create is refused may be gone by the update: another
+        run disarmed it, or it fired and deleted itself (``ActionAfterCompletion``). Then the
+        update's ``ResourceNotFoundException`` sends the create again, up to
+        :data:`ARM_ATTEMPTS` times in all: failing the run would only redeliver its wake."""
         request = self._request(session_id, at)
-        try:
-            self.client.create_schedule(**request)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConflictException":
-                raise
-            self.client.update_schedule(**request)
-            return True
+        for _ in range(ARM_ATTEMPTS - 1):
+            if not _refused(self.client.create_schedule, request, "ConflictException"):
+                return False
+            if not _refused(self.client.update_schedule, request, "ResourceNotFoundException"):
+                return True
+        self.client.create_schedule(**request)  # the last attempt raises whatever it meets
         return False
 
     def disarm(self, session_id: str) -> None:
