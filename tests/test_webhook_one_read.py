@@ -114,23 +114,6 @@ def send(b: Bench, token: str, route: str, headers: dict[str, str] | None = None
     return response["statusCode"], response_json(response)
 
 
-def recorded(b: Bench, action: Any) -> tuple[Any, list[tuple[str, dict[str, Any]]]]:
-    """``action()``'s result and each AWS request it made, with its parameters."""
-    made: list[tuple[str, dict[str, Any]]] = []
-
-    def record(model: Any, params: dict[str, Any], **_: Any) -> None:
-        made.append((model.name, params))
-
-    clients = {id(c): c for c in (b.ddb, b.sqs, b.scheduler)}
-    for client in clients.values():
-        client.meta.events.register("before-parameter-build.*.*", record)
-    try:
-        return action(), made
-    finally:
-        for client in clients.values():
-            client.meta.events.unregister("before-parameter-build.*.*", record)
-
-
 def reads(made: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
     return [(op, p) for op, p in made if op in ("GetItem", "TransactGetItems", "Query")]
 
@@ -230,7 +213,7 @@ def test_each_webhook_route_delivers_on_one_read(bench: Bench, route: str) -> No
     sid, task_id, token = parked_hook(bench)
     assert token_parts(token).task_id == task_id
     seq = bench.seq(sid)
-    (status, body), made = recorded(bench, lambda: send(bench, token, route))
+    (status, body), made = bench.aws_requests(lambda: send(bench, token, route))
     assert (status, body["result"]) == (202, "delivered"), body
     ((op, params),) = reads(made)  # exactly one read, before the commit
     assert op == "TransactGetItems"
@@ -252,7 +235,7 @@ def test_a_three_part_token_still_delivers_with_its_extra_read(bench: Bench, rou
     sid, _, token = parked_hook(bench)
     legacy = three_part(bench, token)
     seq = bench.seq(sid)
-    (status, body), made = recorded(bench, lambda: send(bench, legacy, route))
+    (status, body), made = bench.aws_requests(lambda: send(bench, legacy, route))
     assert (status, body["result"]) == (202, "delivered"), body
     # The binding first (it names the task), then the head and the task.
     assert [op for op, _ in reads(made)] == ["GetItem", "TransactGetItems"]
@@ -306,7 +289,7 @@ def test_refusals_keep_their_order_on_the_one_read(bench: Bench) -> None:
     assert run(handle_signal(bench.deps, big, None))["statusCode"] == 413
     # Malformed tokens make no request at all.
     for bad in ("garbage", token + ".x", f"{b64(sid)}..{parts.nonce}.{parts.mac}"):
-        (status, answer), made = recorded(bench, lambda bad=bad: send(bench, bad, "value"))
+        (status, answer), made = bench.aws_requests(lambda bad=bad: send(bench, bad, "value"))
         assert (status, answer) == UNKNOWN and made == []
     unchanged(bench, sid, seq, before)
     assert send(bench, token, "value", good)[0] == 202
