@@ -18,10 +18,8 @@ as the IAM route's owner document already is.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..engine.delivery import AtHead
-from ..tools.webhooks import WebhookBinding, binding_key, check_binding, resolve, token_parts
+from ..tools.webhooks import WebhookBinding, binding_key, check_binding, token_parts
 from .deps import Deps
 
 
@@ -31,15 +29,12 @@ def read_webhook(deps: Deps, token: str) -> tuple[WebhookBinding, AtHead | None]
     them). Raises :class:`~bide.tools.webhooks.WebhookRejected` (404, the same answer for
     every way a token can be wrong) before anything is decided or written."""
     parts = token_parts(token)
+    key = binding_key(parts.nonce)
     if parts.task_id is None:  # a three-part token: the binding says which task
-
-        def find(session_id: str, key: str) -> Any:
-            found = deps.store.get_doc(session_id, key)
-            return None if found is None else found.body
-
-        return resolve(token, find, deps.webhook_keys), None
-    seq, record, doc = deps.store.task_and_doc_at_head(
-        parts.session_id, parts.task_id, binding_key(parts.nonce)
-    )
+        doc = deps.store.get_doc(parts.session_id, key)
+        at_head = None
+    else:
+        seq, record, doc = deps.store.task_and_doc_at_head(parts.session_id, parts.task_id, key)
+        at_head = (seq, record)
     binding = check_binding(parts, None if doc is None else doc.body, deps.webhook_keys)
-    return binding, (seq, record)
+    return binding, at_head
