@@ -122,10 +122,7 @@ class Runtime:
         :meth:`memo` returns without a candidate, without a coroutine (a replay looks up two
         memos per operation it passes). Read it only: it may be shared with other
         invocations (copy it with :func:`~bide.engine.memo_pages.unshared` to hand it out)."""
-        record = self._h._live.get(self._task_id)
-        if record is None:
-            return None
-        found = self._sealed.find(record, name)  # on the record, or sealed in a page
+        found = self._find(name)
         return None if found is memo_pages.MISSING else found
 
     def recorded_memos(self) -> dict[str, Any]:
