@@ -37,7 +37,7 @@ async def hook_loop(task: Any, rt: Any) -> None:
     )
 
     def sleep_with_hook(tx: Any) -> Sleeping:
-        tx.put_doc(binding_key(binding.nonce), binding.model_dump(mode="json"))
+        tx.put_doc(binding_key(binding.nonce), binding.to_doc())
         return Sleeping(checkpoint={"phase": "wait", "n": n + 1}, signals=(REPLY.key(f"k{n}"),))
 
     await rt.commit(sleep_with_hook)

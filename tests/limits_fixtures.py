@@ -99,9 +99,7 @@ def bind_webhook(
         nonce=new_nonce(),
         hmac_secret=hmac_secret,
     )
-    host_commit(
-        harness, lambda tx: tx.put_doc(binding_key(binding.nonce), binding.model_dump(mode="json"))
-    )
+    host_commit(harness, lambda tx: tx.put_doc(binding_key(binding.nonce), binding.to_doc()))
     return token_of(binding, keys or process_keys())
 
 

@@ -98,7 +98,7 @@ def test_missing_settings_are_named_with_what_they_hold() -> None:
     message = str(caught.value)
     for var in (c.ENV_APP, c.ENV_TABLE, c.ENV_BUCKET, c.ENV_QUEUE_URL):
         assert var in message
-    assert "DynamoDB table" in message and "Field required" in message
+    assert "DynamoDB table" in message and "required, but not set" in message
 
 
 def test_invalid_settings_say_which_variable_and_why() -> None:

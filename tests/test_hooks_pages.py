@@ -42,7 +42,7 @@ def mint(deps: Deps, sid: str, first_task: int, tasks: int) -> None:
             binding = WebhookBinding(
                 session_id=sid, task_id=task_id, signal="app.reply", key=f"k{h}", nonce=nonce
             )
-            items.append(Doc(binding_key(nonce), binding.model_dump(mode="json")))
+            items.append(Doc(binding_key(nonce), binding.to_doc()))
         items.append(
             TaskRecord(
                 id=task_id,

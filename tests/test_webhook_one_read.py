@@ -96,7 +96,7 @@ def three_part(b: Bench, token: str) -> str:
     parts = token_parts(token)
     found = b.store.get_doc(parts.session_id, binding_key(parts.nonce))
     assert found is not None
-    binding = WebhookBinding.model_validate(found.body)
+    binding = WebhookBinding.from_doc(found.body)
     legacy = make_token(
         binding.session_id, binding.nonce, derive_mac(b.deps.webhook_keys.current(), binding)
     )
@@ -145,7 +145,7 @@ def test_minted_tokens_name_the_task_and_the_mac_binds_the_same_identity() -> No
     assert parse_token(token) == ("s-1", "a" * 32, mac)  # the same three, either form
     legacy = make_token("s-1", "a" * 32, mac)
     assert token_parts(legacy).task_id is None and parse_token(legacy) == parse_token(token)
-    docs = {("s-1", binding_key(binding.nonce)): binding.model_dump(mode="json")}
+    docs = {("s-1", binding_key(binding.nonce)): binding.to_doc()}
 
     def find(session_id: str, key: str) -> Any:
         return docs.get((session_id, key))
@@ -166,7 +166,7 @@ def test_a_task_id_too_long_for_a_token_gets_the_three_part_form() -> None:
     assert token.count(".") == 2 and token_parts(token).task_id is None
 
     def find(session_id: str, key: str) -> Any:
-        return binding.model_dump(mode="json") if key == binding_key(binding.nonce) else None
+        return binding.to_doc() if key == binding_key(binding.nonce) else None
 
     assert resolve(token, find, keys) == binding
     # A four-part token naming such a task was never minted: refused before any read.
@@ -315,7 +315,7 @@ def bind(stack: Stack, sid: str, task_id: str, key: str, *, legacy: bool = False
     binding = WebhookBinding(
         session_id=sid, task_id=task_id, signal=REPLY.name, key=key, nonce=secrets.token_hex(16)
     )
-    doc = Doc(binding_key(binding.nonce), binding.model_dump(mode="json"))
+    doc = Doc(binding_key(binding.nonce), binding.to_doc())
     store.commit(sid, store.head(sid), [], [doc])
     mac = derive_mac(stack.deps.webhook_keys.current(), binding)
     return make_token(sid, binding.nonce, mac, None if legacy else task_id)

@@ -441,7 +441,7 @@ def test_a_rotated_out_key_is_accepted_while_listed_and_refused_after() -> None:
     binding = WebhookBinding(
         session_id="s-1", task_id="t-1", signal="sig", key="k", nonce="ab" * 16
     )
-    docs = {("s-1", "hook/" + binding.nonce): binding.model_dump(mode="json")}
+    docs = {("s-1", "hook/" + binding.nonce): binding.to_doc()}
 
     def find(session_id: str, key: str) -> Any:
         return docs.get((session_id, key))
@@ -455,7 +455,7 @@ def test_a_rotated_out_key_is_accepted_while_listed_and_refused_after() -> None:
         resolve(minted, find, StaticWebhookKeys(new))  # the old key dropped
     assert (refused.value.status, refused.value.message) == (404, "unknown webhook")
     # The binding is part of what is signed: the same mac for another task is refused.
-    docs[("s-1", "hook/" + binding.nonce)] = {**binding.model_dump(mode="json"), "task_id": "t-2"}
+    docs[("s-1", "hook/" + binding.nonce)] = {**binding.to_doc(), "task_id": "t-2"}
     with pytest.raises(Rejected):
         resolve(minted, find, rotated)
     # Key documents name what is wrong.

@@ -104,7 +104,7 @@ def webhooks_after(
             found = harness.get_doc(binding_key(nonce))
             if found is None:
                 continue
-            binding = WebhookBinding.model_validate(found)
+            binding = WebhookBinding.from_doc(found)
             if binding.task_id != record.id or binding.nonce != nonce:
                 continue
             token = token_of(binding, keys)

@@ -31,8 +31,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
-
 from ..constants import WEBHOOK_SIGNATURE_WINDOW_SECONDS, WEBHOOK_TOKEN_BYTES
 from ..engine.signals import SignalToken
 from .webhook_keys import WebhookKeys, keys_of
@@ -53,9 +51,21 @@ _MAC_PATTERN = re.compile(rf"[0-9a-f]{{{_MAC_CHARS}}}")
 _UNKNOWN = "unknown webhook"
 
 
-class WebhookBinding(BaseModel):
+class InvalidBinding(ValueError):
+    """A webhook binding that is not one: the message names the field and says why."""
+
+
+# The binding's fields: the text ones every binding has, then those with defaults. A stored
+# document has exactly these keys (its JSON shape, unchanged since bindings were first stored).
+_REQUIRED_TEXT = ("session_id", "task_id", "signal", "key")
+
+
+@dataclass(frozen=True)
+class WebhookBinding:
     """Where a webhook's body goes, and how its sender proves itself. ``nonce`` names the
-    binding; together with the rest it is what the token's mac is derived from."""
+    binding; together with the rest it is what the token's mac is derived from. Stored as the
+    document :meth:`to_doc` gives (read back by :meth:`from_doc`); each field is checked when
+    the binding is made (:class:`InvalidBinding` names a wrong one)."""
 
     session_id: str
     task_id: str
@@ -65,8 +75,53 @@ class WebhookBinding(BaseModel):
     hmac_secret: str | None = None
     window_seconds: int = WEBHOOK_SIGNATURE_WINDOW_SECONDS
 
+    def __post_init__(self) -> None:
+        for name in (*_REQUIRED_TEXT, "nonce"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidBinding(f"{name} must be text, not {_kind(getattr(self, name))}")
+        if self.hmac_secret is not None and not isinstance(self.hmac_secret, str):
+            raise InvalidBinding(f"hmac_secret must be text or None, not {_kind(self.hmac_secret)}")
+        # bool is an int to Python, never a window.
+        if type(self.window_seconds) is not int:
+            raise InvalidBinding(
+                f"window_seconds must be a whole number, not {_kind(self.window_seconds)}"
+            )
 
-class Webhook(BaseModel):
+    def to_doc(self) -> dict[str, Any]:
+        """The stored document: every field, ``hmac_secret`` null when there is none."""
+        return {
+            "session_id": self.session_id,
+            "task_id": self.task_id,
+            "signal": self.signal,
+            "key": self.key,
+            "nonce": self.nonce,
+            "hmac_secret": self.hmac_secret,
+            "window_seconds": self.window_seconds,
+        }
+
+    @classmethod
+    def from_doc(cls, doc: Any) -> WebhookBinding:
+        """The binding a stored document holds. Keys it does not know are ignored and missing
+        optional ones take their defaults (documents written before a field existed still
+        load); raises :class:`InvalidBinding` naming a missing or wrong field."""
+        if not isinstance(doc, Mapping):
+            raise InvalidBinding(f"a binding document is a JSON object, not {_kind(doc)}")
+        missing = [name for name in _REQUIRED_TEXT if name not in doc]
+        if missing:
+            raise InvalidBinding(f"missing {', '.join(missing)}")
+        fields = {name: doc[name] for name in _FIELDS if name in doc}
+        return cls(**fields)
+
+
+_FIELDS = (*_REQUIRED_TEXT, "nonce", "hmac_secret", "window_seconds")
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+@dataclass(frozen=True)
+class Webhook:
     """A minted webhook: the URL to hand out and its token (a credential: bide never stores
     it; do not put it in a result, checkpoint or document either)."""
 
@@ -188,8 +243,8 @@ def check_binding(
     if found is None:
         raise WebhookRejected(404, _UNKNOWN)
     try:
-        binding = WebhookBinding.model_validate(found)
-    except ValidationError:
+        binding = WebhookBinding.from_doc(found)
+    except InvalidBinding:
         raise WebhookRejected(404, _UNKNOWN) from None
     if binding.session_id != parts.session_id or binding.nonce != parts.nonce:
         raise WebhookRejected(404, _UNKNOWN)
@@ -267,9 +322,7 @@ async def mint_webhook(
         nonce=str(nonce),
         hmac_secret=hmac_secret,
     )
-    await api.write(
-        lambda tx: tx.put_doc(binding_key(binding.nonce), binding.model_dump(mode="json"))
-    )
+    await api.write(lambda tx: tx.put_doc(binding_key(binding.nonce), binding.to_doc()))
     base = str(api.services.get("webhook_base_url", "")).rstrip("/")
     hook_token = token_of(binding, keys_of(api.services))
     return Webhook(url=f"{base}/hooks/{hook_token}", token=hook_token)

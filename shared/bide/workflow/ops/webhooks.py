@@ -42,7 +42,7 @@ class WebhookOp(Op["Webhook"]):
             # A run recorded by an earlier version holds a "secret": its hash is a nonce.
             legacy = hashlib.sha256(str(winner.get("secret")).encode()).hexdigest()[:32]
             binding = self._binding(winner.get("nonce") or legacy)
-            tx.put_doc(binding_key(binding.nonce), binding.model_dump(mode="json"))
+            tx.put_doc(binding_key(binding.nonce), binding.to_doc())
             # Only the nonce is recorded: the URL is derived again wherever it is needed.
             return {"nonce": binding.nonce}
 
