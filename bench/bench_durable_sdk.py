@@ -45,6 +45,15 @@ favourable shape:
   bide N tasks        (favourable shape, not the SDK's loop) N earlier tasks that each waited
                       once and completed, and one live task: loading reads live tasks only.
 
+Each system's rounds are timed in a process of its own: the SDK's runners live in a child
+process (bench/_sdk_side.py, spawned, so it holds none of Bide's objects) that builds its
+sessions and times each round itself, and Bide's sessions and rounds stay in this process.
+The rounds alternate as before: one round of each SDK loop (this process waits, idle), then
+one of each Bide series (the SDK's process waits, idle). Until 2026-12-01 both ran in one
+process, so each system's rounds ran beside the other's threads, objects and garbage
+collector (a Bide round at 1,000 operations took about 11 ms there, about 6 ms alone); the
+work timed is the same.
+
 The first N waits are completed before timing starts. For the SDK they are completed inside
 one invocation: the bench answers each new callback as soon as its id is handed out, then asks
 the SDK for an empty checkpoint (``state.create_checkpoint_sync()``, the SDK's own way to
@@ -61,16 +70,12 @@ Nothing here asserts on timings; it prints ratios measured in this one run.
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from _common import load_line, median_ms, n_heads, row, timed_run
-from aws_durable_execution_sdk_python import DurableContext, durable_execution
-from aws_durable_execution_sdk_python_testing import DurableFunctionTestRunner
+from _sdk_side import SdkProcess
 from bench_engine import TICK, Cycler, Waiter, build_session
 from pydantic import BaseModel
 
@@ -82,7 +87,6 @@ from bide.workflow import define_workflow_tool
 
 HISTORY = (10, 100, 1_000)
 TRIALS = 15  # timed rounds per history length and series (after one warm-up round)
-WAIT_S = 120.0  # a round that takes longer than this is a failure, not a figure
 GOAL_N = 1_000
 # Issue 12: goal 2 (task and tool loop >= 20x faster), goal 1's workflow half (>= 5x cheaper).
 GOALS = {"bide task loop": 20.0, "bide tool loop": 20.0, "bide workflow body": 5.0}
@@ -91,112 +95,6 @@ GOALS = {"bide task loop": 20.0, "bide tool loop": 20.0, "bide workflow body": 5
 def rounds_per_session(history: int) -> int:
     """Rounds timed on one built session: each adds a wait, so keep the drift within 5%."""
     return max(1, history // 20)
-
-
-# --- the SDK side -----------------------------------------------------------------------------
-
-CREATE, WAIT_FOR = "create_callback", "wait_for_callback"
-
-
-@dataclass
-class SdkLoop:
-    """One durable execution of the callback loop, and the marks its invocations leave."""
-
-    primitive: str  # CREATE or WAIT_FOR
-    feed_until: int  # the first feed_until callbacks are answered at once (the history)
-    runner: Any = None
-    ids: list[str] = field(default_factory=list)
-    marks: dict[str, float] = field(default_factory=dict)
-    active: int = 0
-    changed: threading.Condition = field(default_factory=threading.Condition)
-
-    def reached(self, callback_id: str) -> bool:
-        """A new wait's id is out (never called on replay); answers it when it is part of the
-        history. True when it did."""
-        now = time.perf_counter()
-        with self.changed:
-            self.ids.append(callback_id)
-            self.marks.setdefault("reach", now)
-            self.changed.notify_all()
-        if len(self.ids) > self.feed_until:
-            return False
-        self.runner.send_callback_success(callback_id, b"1")
-        return True
-
-    def submitter(self, callback_id: str, _ctx: Any) -> None:
-        """wait_for_callback's submitter: a step, so it runs once per new wait."""
-        self.reached(callback_id)
-
-    def handler(self) -> Callable[[Any, Any], Any]:
-        @durable_execution
-        def loop(event: Any, context: DurableContext) -> int:
-            for i in range(event["waits"]):
-                if self.primitive == WAIT_FOR:
-                    context.wait_for_callback(self.submitter, name=f"w{i}")
-                    continue
-                callback = context.create_callback(name=f"w{i}")
-                # A replayed create_callback hands out the id it recorded: only i past the ids
-                # seen is a new wait (an index test, so the replay pays no bookkeeping of ours).
-                if i >= len(self.ids) and self.reached(callback.callback_id):
-                    context.state.create_checkpoint_sync()  # history only: see the docstring
-                callback.result()
-            return int(event["waits"])
-
-        def invocation(event: Any, lambda_context: Any) -> Any:
-            with self.changed:
-                self.active += 1
-                self.marks.setdefault("start", time.perf_counter())
-            try:
-                return loop(event, lambda_context)
-            finally:
-                with self.changed:
-                    self.active -= 1
-                    self.marks["end"] = time.perf_counter()
-                    self.changed.notify_all()
-
-        return invocation
-
-    def settle(self, waits: int) -> None:
-        """Block until ``waits`` callbacks exist and no invocation runs."""
-        with self.changed:
-            ok = self.changed.wait_for(
-                lambda: len(self.ids) >= waits and self.active == 0, timeout=WAIT_S
-            )
-        if not ok or len(self.ids) != waits:
-            raise RuntimeError(f"SDK {self.primitive} loop: {len(self.ids)} callbacks, not {waits}")
-
-
-class SdkSession:
-    """A local test runner holding one execution of the loop, parked after ``history`` waits."""
-
-    def __init__(self, history: int, name: str, primitive: str) -> None:
-        self.history = history
-        self.loop = SdkLoop(primitive, feed_until=history)  # callbacks 1..N answered at once
-        self.runner = DurableFunctionTestRunner(handler=self.loop.handler(), poll_interval=0.01)
-        self.loop.runner = self.runner
-        self.rounds = 0
-        try:
-            self.runner.run_async(
-                input=json.dumps({"waits": 10**9}), execution_timeout=3_600, execution_name=name
-            )
-            self.loop.settle(history + 1)  # callback N+1 is pending
-        except BaseException:
-            self.runner.close()
-            raise
-
-    def round(self) -> dict[str, float]:
-        """Seconds from send_callback_success to the invocation's start, to the next wait
-        reached, and to the invocation's end."""
-        self.loop.marks.clear()
-        pending = self.loop.ids[-1]
-        began = time.perf_counter()
-        self.runner.send_callback_success(pending, json.dumps(self.rounds).encode())
-        self.loop.settle(self.history + 2 + self.rounds)
-        self.rounds += 1
-        return {name: mark - began for name, mark in self.loop.marks.items()}
-
-    def close(self) -> None:
-        self.runner.close()
 
 
 # --- the Bide side ----------------------------------------------------------------------------
@@ -328,45 +226,43 @@ class Measured:
 
 def measure() -> Measured:
     """Rounds of every series alternate, so a change in the machine's load during the run
-    shows in all of them alike."""
+    shows in all of them alike. The SDK's rounds are timed in its own process (the SDK
+    process: bench/_sdk_side.py), Bide's in this one, one after the other: while one
+    system's round is timed the other's process waits, idle."""
     labels = (*SDK_MARKS.values(), SDK_WAIT_FOR, *BIDE_SERIES)
     out = Measured({label: {n: [] for n in HISTORY} for label in labels}, {})
     loop = asyncio.new_event_loop()
     clock = ManualClock()
+    sdk = SdkProcess()
     try:
         for n in HISTORY:
             store = SQLiteStore()
             per, done, batch = rounds_per_session(n), 0, 0
             while done < TRIALS:
                 bide = loop.run_until_complete(build_bide(store, n, batch))
-                sdk = SdkSession(n, f"create-{n}-{batch}", CREATE)
-                heavier = SdkSession(n, f"waitfor-{n}-{batch}", WAIT_FOR)
-                try:
-                    warm = 1 if batch == 0 else 0  # the first round of a length warms caches
-                    count = min(per, TRIALS - done)
-                    for i in range(warm + count):
-                        marks = sdk.round()
-                        extra = heavier.round()
-                        elapsed = {
-                            label: loop.run_until_complete(timed_round(s, clock))
-                            for label, s in bide.items()
-                        }
-                        if i < warm:
-                            continue
-                        for name, label in SDK_MARKS.items():
-                            out.times[label][n].append(marks[name])
-                        out.times[SDK_WAIT_FOR][n].append(extra["reach"])
-                        for label, seconds in elapsed.items():
-                            out.times[label][n].append(seconds)
-                finally:
-                    sdk.close()
-                    heavier.close()
+                sdk.open(n, batch)  # a create_callback and a wait_for_callback session
+                warm = 1 if batch == 0 else 0  # the first round of a length warms caches
+                count = min(per, TRIALS - done)
+                for i in range(warm + count):
+                    marks, extra = sdk.round()
+                    elapsed = {
+                        label: loop.run_until_complete(timed_round(s, clock))
+                        for label, s in bide.items()
+                    }
+                    if i < warm:
+                        continue
+                    for name, label in SDK_MARKS.items():
+                        out.times[label][n].append(marks[name])
+                    out.times[SDK_WAIT_FOR][n].append(extra["reach"])
+                    for label, seconds in elapsed.items():
+                        out.times[label][n].append(seconds)
                 for label, s in bide.items():
                     out.record_bytes.setdefault(label, {})[n] = s.record_bytes
                 done += count
                 batch += 1
             store.close()
     finally:
+        sdk.close()
         loop.close()
     return out
 

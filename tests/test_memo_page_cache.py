@@ -245,3 +245,45 @@ def test_what_a_body_changes_in_a_value_from_a_page_does_not_change_the_page():
 
     run(go())
     assert seen == [[1], [1], [1]]  # the first run, then two replays from the cache
+
+
+def test_a_page_is_cached_at_the_size_its_seal_recorded_and_an_older_one_is_measured():
+    cache = PageCache(max_pages=10, max_bytes=10**6)
+    bodies = {
+        memo_pages.page_key("t-1", 0): {"memos": {"a": "x" * 50}, "bytes": 7},
+        memo_pages.page_key("t-1", 1): {"memos": {"b": 1}},  # sealed before sizes were kept
+        memo_pages.page_key("t-1", 2): {"memos": {"c": 2}, "bytes": True},  # not a count
+    }
+    sealed = SealedCache(bodies.get, scope=(1, "s1"), pages=cache)
+    record = _record(100.0).model_copy(update={"memo_pages": 3})
+    assert sealed.find(record, "c") == 2
+    assert cache.bytes == 7 + len('{"b":1}') + len('{"c":2}')
+
+
+def test_the_webhook_listing_reads_sealed_pages_through_the_process_cache():
+    from bide.service.hooks import live_webhooks
+    from bide.tools.webhook_keys import keys_of
+
+    async def body(args, ctx):
+        hook = await ctx.webhook(name="callback")  # operation 1: sealed by the steps after
+        for i in range(memo_pages.PAGE_MEMOS):
+            await ctx.step(lambda i=i: i, name=f"s{i}")
+        return await hook
+
+    store = PageReads(SQLiteStore())
+
+    async def go():
+        t = await Tools(define_workflow_tool("hooked", "", Note, body), store=store).start()
+        call = await t.call("hooked", {})
+        await t.h.run_until_parked()
+        assert t.h.task(call).memo_pages >= 1
+        listed = []
+        for _ in range(2):
+            await t.reopen()  # a new harness: its own document cache is empty
+            store.reads.clear()
+            listed.append(live_webhooks(t.h, "http://127.0.0.1:1", keys_of(t.h.services)))
+            assert not store.reads, store.reads  # the run cached its pages as it sealed them
+        return listed
+
+    first, second = run(go())
+    assert [h["name"] for h in first] == ["callback"] and first == second

@@ -7,6 +7,9 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kit import HOUR, Kit, run
 from test_workflow_support import Note, Tools
 
@@ -210,3 +213,77 @@ def test_a_workflow_webhook_whose_record_was_sealed_is_still_listed():
 
     hooks = run(go())
     assert [h["name"] for h in hooks] == ["callback"], hooks
+
+
+def _exact_page(memos: dict[str, object], most: int, limit: int) -> dict[str, object] | None:
+    """The rule a seal follows, measured memo by memo (its value's JSON and its name): no
+    page while the memos are at most ``most`` and their sizes sum to at most ``limit``;
+    else the oldest memos, up to a page."""
+    import json
+
+    sizes = {n: len(json.dumps(v, separators=(",", ":"))) + len(n) for n, v in memos.items()}
+    if len(sizes) <= most and sum(sizes.values()) <= limit:
+        return None
+    page: dict[str, object] = {}
+    used = 0
+    for name, value in memos.items():
+        if page and (len(page) >= most or used + sizes[name] > limit):
+            break
+        page[name] = value
+        used += sizes[name]
+    return page
+
+
+def _sealable(memos: dict[str, object]):
+    from bide.engine.records import TaskRecord
+    from bide.engine.state import Pending
+
+    state = Pending(checkpoint="p")
+    return TaskRecord(id="t-1", session_id="s", kind="k", version=1, state=state,
+                      created_at=0.0, memos=memos)  # fmt: skip
+
+
+def test_a_seal_follows_the_memo_by_memo_rule_at_the_page_bound():
+    # Eight memos of 4,092 characters: their sizes sum to the bound exactly (no page),
+    # while the JSON of all of them at once is 33 bytes over it.
+    memos: dict[str, object] = {f"m{i}": "x" * 4_092 for i in range(8)}
+    assert memo_pages.seal(_sealable(memos)) is None
+    assert _exact_page(memos, memo_pages.PAGE_MEMOS, memo_pages.PAGE_BYTES) is None
+    memos["m7"] = "x" * 4_093  # one byte over: the seven oldest make the page
+    sealed = memo_pages.seal(_sealable(memos))
+    assert sealed is not None
+    record, key, body = sealed
+    assert list(body["memos"]) == [f"m{i}" for i in range(7)] and list(record.memos) == ["m7"]
+    assert body["bytes"] == 7 * (4_092 + 2 + 2) and key == memo_pages.page_key("t-1", 0)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.text(min_size=1, max_size=6),
+            st.recursive(
+                st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+                lambda inner: (
+                    st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+                ),
+                max_leaves=6,
+            ),
+        ),
+        max_size=9,
+    )
+)
+def test_a_seal_takes_the_page_the_memo_by_memo_rule_takes(pairs):
+    memos = dict(pairs)
+    with pytest.MonkeyPatch.context() as patch:  # small pages: the bound is often near
+        patch.setattr(memo_pages, "PAGE_MEMOS", 4)
+        patch.setattr(memo_pages, "PAGE_BYTES", 60)
+        expected = _exact_page(memos, 4, 60)
+        sealed = memo_pages.seal(_sealable(memos))
+    if expected is None:
+        assert sealed is None
+        return
+    assert sealed is not None
+    record, _, body = sealed
+    assert body["memos"] == expected and list(body["memos"]) == list(expected)
+    assert record.memos == {n: v for n, v in memos.items() if n not in expected}

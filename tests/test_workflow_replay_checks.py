@@ -256,3 +256,74 @@ def test_history_is_found_on_the_record_first_then_in_the_pages():
     assert has_history(rt({"bide.message.0": "x"}, 1, {"wf.1": {}}))
     assert not has_history(rt({"bide.message.0": "x"}, 1, {"bide.other": 1}))
     assert not has_history(rt({}, 0, {"wf.1": {}}))  # no page counted: none is read
+
+
+class Sneaky(str):
+    """A str whose text is not what it compares equal to: no cache key may trust it."""
+
+    def __eq__(self, other: object) -> bool:
+        return other == "k1" or str.__eq__(self, other)
+
+    def __hash__(self) -> int:
+        return hash("k1")
+
+
+def test_a_wait_digest_from_the_process_cache_is_that_of_its_own_arguments(monkeypatch):
+    from bide.workflow.ops import base
+    from bide.workflow.ops.waits import WaitForOp
+
+    cache = base.DigestCache(max_entries=3)
+    monkeypatch.setattr("bide.workflow.ops.waits.DIGESTS", cache)
+    ctx = _Ctx()
+    # Equal keys in Python, other JSON: each looked up after the others are cached.
+    for _ in range(2):
+        for timeout in (1, 1.0, True):
+            op = WaitForOp(ctx, ANSWER, "k1", timeout)
+            assert op.digest() == digest_of(op.arguments()), timeout
+    assert len(cache) == 3  # bounded: the oldest went first
+    # A str subclass that claims to equal "k1" is digested from its own text.
+    WaitForOp(ctx, ANSWER, "k1", None).digest()
+    sneaky = WaitForOp(ctx, ANSWER, Sneaky("k2"), None)
+    assert (
+        sneaky.digest()
+        == digest_of(sneaky.arguments())
+        != digest_of(WaitForOp(ctx, ANSWER, "k1", None).arguments())
+    )
+    with pytest.raises(ValueError, match=">= 1 entry"):
+        base.DigestCache(max_entries=0)
+
+
+def test_a_changed_timeout_type_is_non_determinism_in_a_warm_process():
+    # The cache holds the digest of timeout=1 from the runs that recorded it; the body then
+    # waits with timeout=1.0 (another argument as JSON, an equal key in Python).
+    timeouts = {"v": 1}
+
+    async def body(args, ctx):
+        for i in range(3):
+            await ctx.wait_for(ANSWER, f"t{i}", timeout=timeouts["v"] if i == 1 else None)
+        return "done"
+
+    async def go():
+        t = await Tools(define_workflow_tool("w", "", Note, body)).start()
+        call = await t.call("w", {})
+        await t.h.run_until_parked()
+        for i in range(2):
+            assert await t.h.signal(call, ANSWER, f"t{i}", ANSWER.schema(text="v")) == ("delivered")
+            await t.h.run_until_parked()
+        timeouts["v"] = 1.0
+        await t.reopen()
+        assert await t.h.signal(call, ANSWER, "t2", ANSWER.schema(text="v")) == "delivered"
+        await t.h.run_until_parked()
+        result = t.result(call)
+        assert result.is_error and "non-determinism at operation 2" in result.text
+        assert result.details["nondeterminism"]["reason"] == "arguments"
+
+    run(go())
+
+
+def test_an_operation_without_arguments_has_the_digest_of_null():
+    from bide.workflow.ops.base import digest_text
+
+    # A step's: kept once, the same as hashing its canonical JSON every time.
+    assert digest_of(None) == digest_text(canonical_json(None))
+    assert digest_of(None) == "74234e98afe7498fb5daf1f36ac2d78a"

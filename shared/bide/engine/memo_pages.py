@@ -7,7 +7,10 @@ resume. So when the record's memos pass a page (:data:`PAGE_MEMOS` memos or
 :data:`PAGE_BYTES` bytes of JSON), the commit that writes the memo crossing it moves the
 oldest memos, up to a page, into the document ``bide.memo/<task>/<page>`` (the page number
 zero-padded, so pages list in order) and counts the page on the record
-(:attr:`~bide.engine.records.TaskRecord.memo_pages`). The record keeps fewer than a page.
+(:attr:`~bide.engine.records.TaskRecord.memo_pages`). The record keeps fewer than a page. A
+page's body is ``{"task", "page", "memos", "bytes"}``: ``bytes`` is the size its seal
+measured (its memos' values as JSON, and their names), so a process that caches the page
+need not measure it again (pages sealed before it was recorded are measured).
 
 A page is written once, by the commit that seals it, and never again: a crash before that
 commit leaves the memos on the record, a crash after it leaves them in the page; both are
@@ -75,7 +78,13 @@ def _size(value: Any) -> int:
 def seal(record: TaskRecord) -> tuple[TaskRecord, str, dict[str, Any]] | None:
     """``(record without the page's memos, page key, page body)`` when ``record``'s memos
     pass a page, else None. The page takes the oldest memos in the record's order."""
-    sizes = {name: _size(value) + len(name) for name, value in record.memos.items()}
+    memos = record.memos
+    # A memo's size is its value's JSON and its name. The JSON of all the memos at once is
+    # larger than their sizes' sum (each name is written quoted, with separators), and one
+    # encoder call instead of one per memo: below a page by that measure, none is sealed.
+    if len(memos) <= PAGE_MEMOS and _size(memos) <= PAGE_BYTES:
+        return None
+    sizes = {name: _size(value) + len(name) for name, value in memos.items()}
     if len(sizes) <= PAGE_MEMOS and sum(sizes.values()) <= PAGE_BYTES:
         return None
     page: dict[str, Any] = {}
@@ -85,9 +94,9 @@ def seal(record: TaskRecord) -> tuple[TaskRecord, str, dict[str, Any]] | None:
             break
         page[name] = value
         used += sizes[name]
-    kept = {name: value for name, value in record.memos.items() if name not in page}
+    kept = {name: value for name, value in memos.items() if name not in page}
     number = record.memo_pages
-    body = {"task": record.id, "page": number, "memos": page}
+    body = {"task": record.id, "page": number, "memos": page, "bytes": used}
     sealed = record.model_copy(update={"memos": kept, "memo_pages": number + 1})
     return sealed, page_key(record.id, number), body
 
@@ -134,6 +143,13 @@ def find(
     return MISSING
 
 
+def page_bytes(body: dict[str, Any]) -> int | None:
+    """The bytes of JSON of a page's memos as its seal measured them (values and names), or
+    None for a page sealed before pages recorded it (or holding anything but a count)."""
+    size = body.get("bytes")
+    return size if type(size) is int and size >= 0 else None
+
+
 class PageCache:
     """Sealed pages' memos by a key naming the page for good (see the module's docstring),
     least recently used first out once it holds more than ``max_pages`` pages or more than
@@ -153,7 +169,7 @@ class PageCache:
 
     @property
     def bytes(self) -> int:
-        """Bytes of JSON of the pages held."""
+        """Bytes of JSON of the pages held (as given to :meth:`put` or measured by it)."""
         return self._bytes
 
     def get(self, key: Hashable) -> dict[str, Any] | None:
@@ -165,9 +181,12 @@ class PageCache:
             self._pages.move_to_end(key)
             return found[0]
 
-    def put(self, key: Hashable, memos: dict[str, Any]) -> None:
-        """Keep a page's memos, as read from the store (the caller must not change them)."""
-        size = _size(memos)
+    def put(self, key: Hashable, memos: dict[str, Any], size: int | None = None) -> None:
+        """Keep a page's memos, as read from the store (the caller must not change them).
+        ``size``: their bytes of JSON when known (a page records what its seal measured),
+        else they are measured."""
+        if size is None:
+            size = _size(memos)
         with self._lock:
             if key in self._pages or size > self.max_bytes or not self.max_pages:
                 return
@@ -211,6 +230,15 @@ def store_scope(store: Any) -> int | None:
         except TypeError:
             return None
         return found
+
+
+def page_scope(harness: Any) -> tuple[int, str] | None:
+    """Where sealed pages read through ``harness`` (a harness, or anything with ``store``
+    and ``session_id``) may be shared with the process's other invocations (:data:`PAGES`):
+    its store object and session; None for one without a store (it shares nothing)."""
+    store = getattr(harness, "store", None)
+    number = None if store is None else store_scope(store)
+    return None if number is None else (number, harness.session_id)
 
 
 class SealedCache:
@@ -266,13 +294,15 @@ class SealedCache:
                 "its memos cannot be read, so the run stops here"
             )
         if key is not None:
-            self._shared.put(key, body["memos"])
+            self._shared.put(key, body["memos"], page_bytes(body))
         return body["memos"]  # type: ignore[no-any-return]
 
 
 def every_memo(get_doc: GetDoc, record: TaskRecord) -> dict[str, Any]:
     """All of the task's memos by name, the sealed pages' (oldest first) then the record's:
-    for views that list them (a workflow's history, its webhooks)."""
+    for views that list them (a workflow's history, its webhooks). Reads every page from
+    ``get_doc``; ``SealedCache(get_doc, page_scope(harness)).every(record)`` reads them
+    through the process's cache instead."""
     found: dict[str, Any] = {}
     for page in range(record.memo_pages):
         body = get_doc(page_key(record.id, page))

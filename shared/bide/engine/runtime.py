@@ -49,7 +49,7 @@ class Runtime:
         assert isinstance(record.state, Running)
         self._start = record.state.checkpoint
         self.progressed = False
-        self._sealed = memo_pages.SealedCache(harness.get_doc, _page_scope(harness))
+        self._sealed = memo_pages.SealedCache(harness.get_doc, memo_pages.page_scope(harness))
         self.progress = ProgressStream(record.id, self.now, self._flush_progress)
         """This run's progress reports, carried to the event stream (bide.engine.progress)."""
 
@@ -124,6 +124,15 @@ class Runtime:
         invocations (copy it with :func:`~bide.engine.memo_pages.unshared` to hand it out)."""
         found = self._find(name)
         return None if found is memo_pages.MISSING else found
+
+    def recorded_pair(self, first: str, second: str) -> tuple[Any, Any]:
+        """``(recorded(first), recorded(second))`` in one look-up of the record: a replay
+        reads an operation's record and its resolution for each operation it passes."""
+        record = self._h._live.get(self._task_id)
+        if record is None:
+            return None, None
+        a, b = self._sealed.find(record, first), self._sealed.find(record, second)
+        return (None if a is memo_pages.MISSING else a), (None if b is memo_pages.MISSING else b)
 
     def recorded_memos(self) -> dict[str, Any]:
         """Every memo of the task by name, the sealed pages' then the record's, as recorded
@@ -276,14 +285,6 @@ class Runtime:
             raise InvalidTransition(f"unknown state {new!r}")
         d.put(bump(record, state=new, restarts=0))
         return True
-
-
-def _page_scope(harness: Kernel) -> tuple[int, str] | None:
-    """Where sealed pages read by this runtime may be shared with the process's other
-    invocations (:data:`bide.engine.memo_pages.PAGES`): its store object and session."""
-    store = getattr(harness, "store", None)  # a harness without one shares nothing
-    number = None if store is None else memo_pages.store_scope(store)
-    return None if number is None else (number, harness.session_id)
 
 
 _SEAL_ROOM = MAX_COMMIT_ITEMS - 8

@@ -57,7 +57,8 @@ def _minted(harness: Harness, record: TaskRecord) -> list[tuple[str, str, str | 
     """``(memo name, nonce, workflow operation name or None)`` of every webhook the task
     minted, in memo name order (sealed memos too: :mod:`bide.engine.memo_pages`)."""
     found: list[tuple[str, str, str | None]] = []
-    every = memo_pages.every_memo(harness.get_doc, record)
+    # Through the process's cache of sealed pages, as a replay reads them (read-only use).
+    every = memo_pages.SealedCache(harness.get_doc, memo_pages.page_scope(harness)).every(record)
     for name, value in sorted(every.items()):
         if name.startswith(WEBHOOK_MEMO_PREFIX) and isinstance(value, str):
             found.append((name, value, None))

@@ -417,10 +417,9 @@ class WorkflowContext:
         coroutine (``Op.__await__``; :meth:`_perform` does the rest)."""
         self._usable()
         try:
-            record = self._rt.recorded(op_memo(op.seq))
+            record, stored = self._rt.recorded_pair(op_memo(op.seq), result_memo(op.seq))
             if record is not None:
                 self._same(op, record)
-            stored = self._rt.recorded(result_memo(op.seq))
             if stored is None:
                 return NOT_RECORDED
             return op.decode(unshared(stored))  # the body may change what it gets

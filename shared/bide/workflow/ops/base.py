@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -141,6 +142,8 @@ class Op(Generic[T]):
 def digest_of(value: Any) -> str:
     """A digest of a JSON value that does not depend on key order, the process or the
     Python version: canonical JSON (sorted keys, no spaces), SHA-256, 16 bytes in hex."""
+    if value is None:  # an operation without arguments (a step): the same every time
+        return _NULL_DIGEST
     return digest_text(canonical_json(value))
 
 
@@ -148,6 +151,47 @@ def digest_text(canonical: str) -> str:
     """:func:`digest_of` a value given its canonical JSON (:func:`canonical_json`)."""
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
+
+_NULL_DIGEST = digest_text("null")
+
+
+class DigestCache:
+    """Digests by a key that fixes what they hash (its canonical JSON), so that a replay
+    digests each distinct argument list once per process, not once per operation it passes.
+    A key must name the canonical JSON exactly: exact ``str`` parts, and a number by its
+    JSON text (``1``, ``1.0`` and ``True`` are equal keys in Python but not the same JSON).
+    Holds at most ``max_entries``, the oldest out first. Safe to share between threads."""
+
+    def __init__(self, max_entries: int) -> None:
+        if max_entries < 1:
+            raise ValueError(f"a digest cache holds >= 1 entry, not {max_entries}")
+        self.max_entries = max_entries
+        self._digests: dict[Any, str] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    def get(self, key: Any) -> str | None:
+        """The digest kept under ``key``, or None."""
+        return self._digests.get(key)
+
+    def put(self, key: Any, digest: str) -> None:
+        """Keep ``digest`` under ``key`` (dropping the oldest entry when full)."""
+        with self._lock:
+            if key not in self._digests and len(self._digests) >= self.max_entries:
+                del self._digests[next(iter(self._digests))]
+            self._digests[key] = digest
+
+    def clear(self) -> None:
+        """Forget every digest."""
+        with self._lock:
+            self._digests.clear()
+
+
+DIGESTS = DigestCache(max_entries=32_768)
+"""The process's digests of operations' arguments (see :meth:`WaitForOp.digest
+<bide.workflow.ops.waits.WaitForOp.digest>`): some 250 bytes an entry, 8 MB at most."""
 
 _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), default=lambda o: type(o).__qualname__

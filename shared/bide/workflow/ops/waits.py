@@ -8,6 +8,7 @@ from ...engine.failures import SignalFailed
 from ...engine.signals import SignalExpired, SignalToken, SignalValue
 from ..errors import HeartbeatMissed, WaitTimeout, WorkflowError
 from .base import (
+    DIGESTS,
     Op,
     Outcome,
     Pending,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from ..context import WorkflowContext
 
 T = TypeVar("T")
+WAIT_FOR = "wait_for"
 
 
 class SleepOp(Op[None]):
@@ -58,7 +60,7 @@ class WaitForOp(Op[T]):
     a heartbeat, :class:`HeartbeatMissed` when no beat came on the key for that long;
     :class:`~bide.engine.failures.FailureReceived` when a failure came instead."""
 
-    kind = "wait_for"
+    kind = WAIT_FOR
 
     def __init__(
         self,
@@ -85,12 +87,21 @@ class WaitForOp(Op[T]):
 
     def digest(self) -> str:
         # The digest of arguments(). A replay digests every wait it passes, so the usual one
-        # (no heartbeat, plain values) has its canonical JSON written here, keys in order.
+        # (no heartbeat, exact str key and signal, a plain timeout) is kept in DIGESTS under
+        # what fixes its canonical JSON (the timeout as its JSON text: 1, 1.0 and True are
+        # equal in Python), and on a miss its canonical JSON is written here, keys in order.
         timeout = plain_json(self._timeout) if self.heartbeat is None else None
-        if timeout is None:
+        key, signal = self._key, self._token.name
+        if timeout is None or type(key) is not str or type(signal) is not str:
             return super().digest()
-        key, signal = string_json(self._key), string_json(self._token.name)  # both str
-        return digest_text(f'{{"key":{key},"signal":{signal},"timeout":{timeout}}}')
+        cached = (WAIT_FOR, signal, key, timeout)
+        found = DIGESTS.get(cached)
+        if found is None:
+            found = digest_text(
+                f'{{"key":{string_json(key)},"signal":{string_json(signal)},"timeout":{timeout}}}'
+            )
+            DIGESTS.put(cached, found)
+        return found
 
     def params(self) -> dict[str, Any]:
         now = self._ctx._rt.now()
