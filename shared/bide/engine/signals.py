@@ -89,7 +89,9 @@ class SignalToken(Generic[T]):
     def validate(self, value: Any) -> T:
         """Check ``value`` against the schema; raises :class:`InvalidSignalValue`."""
         try:
-            return self._require_adapter().validate_python(value)  # type: ignore[no-any-return]
+            # The adapter's validator itself: its validate_python() only forwards the
+            # defaults, and a replay validates every value it passes.
+            return self._require_adapter().validator.validate_python(value)  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise InvalidSignalValue(self.name, exc) from None
 

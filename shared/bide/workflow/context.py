@@ -415,7 +415,8 @@ class WorkflowContext:
         """``op``'s recorded value (once checked against its record), or :data:`NOT_RECORDED`
         when its resolution is not recorded: awaiting an operation the replay passes needs no
         coroutine (``Op.__await__``; :meth:`_perform` does the rest)."""
-        self._usable()
+        if self._dead is not None or self._suspended or self._nondeterminism is not None:
+            self._usable()  # raises
         try:
             record, stored = self._rt.recorded_pair(op_memo(op.seq), result_memo(op.seq))
             if record is not None:
