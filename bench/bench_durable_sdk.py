@@ -309,6 +309,7 @@ def main() -> None:
     print("in one session and reach the next wait. AWS Durable Execution SDK for Python, run by")
     print("its local test runner (in-process backend emulation, in-memory store), vs Bide on")
     print(f"SQLite in memory; rounds of all series alternate. Median of {TRIALS} rounds per cell.")
+    print("Each system's rounds are timed in a process of its own (the SDK's in a child).")
     load = load_line()
     report(measure())
     print()
