@@ -52,7 +52,9 @@ The rounds alternate as before: one round of each SDK loop (this process waits, 
 one of each Bide series (the SDK's process waits, idle). Until 2026-12-01 both ran in one
 process, so each system's rounds ran beside the other's threads, objects and garbage
 collector (a Bide round at 1,000 operations took about 11 ms there, about 6 ms alone); the
-work timed is the same.
+work timed is the same. Each round still starts after its process sat idle while the other
+system's rounds ran (about 300 ms for Bide's), which on a VM makes a round slower than one
+timed back to back (a Bide workflow round at 1,000 operations: about 8.5 ms against 5.5 ms).
 
 The first N waits are completed before timing starts. For the SDK they are completed inside
 one invocation: the bench answers each new callback as soon as its id is handed out, then asks
