@@ -60,6 +60,10 @@ PAGE_ITEMS = 1
 GetDoc = Callable[[str], Any]
 """A document's body by key, None when absent (a draft's or a harness's ``get_doc``)."""
 
+ListDocs = Callable[..., list[Any]]
+"""Committed documents under a prefix in key order, ``(prefix, *, start_after, limit)``:
+a harness's ``list_docs`` (its results have ``key`` and ``body``)."""
+
 
 def task_prefix(task_id: str) -> str:
     """The prefix of every sealed page of ``task_id``."""
@@ -246,12 +250,25 @@ class SealedCache:
     invocation (pages never change, so what was read stays true). Give it adopted records
     only: a page a draft sealed is not committed yet (:func:`find` reads drafts). With a
     ``scope`` (:func:`store_scope` of the store behind ``get_doc``, and the session id) it
-    shares the pages it reads with the process's other invocations through ``pages``."""
+    shares the pages it reads with the process's other invocations through ``pages``.
+
+    With ``list_docs`` the pages it needs and does not hold are read in one listing, from the
+    first missing to the last (a cold worker replaying a long body reads its pages in one
+    request, not one per page; on DynamoDB one Query, paged past 1 MB, in place of one
+    GetItem a page). A listed page past the count asked for is ignored: the record this
+    invocation adopted does not count it yet. A page the listing did not return is read with
+    ``get_doc``."""
 
     def __init__(
-        self, get_doc: GetDoc, scope: Hashable | None = None, pages: PageCache | None = None
+        self,
+        get_doc: GetDoc,
+        scope: Hashable | None = None,
+        pages: PageCache | None = None,
+        *,
+        list_docs: ListDocs | None = None,
     ) -> None:
         self._get_doc = get_doc
+        self._list_docs = list_docs
         self._scope = scope
         self._shared = PAGES if pages is None else pages
         self._memos: dict[str, Any] = {}
@@ -278,12 +295,46 @@ class SealedCache:
         return {**self._memos, **record.memos}
 
     def _read(self, record: TaskRecord, pages: int) -> None:
+        if self._pages >= pages:
+            return
+        held = {n: self._cached(record, n) for n in range(self._pages, pages)}
+        missing = [n for n, memos in held.items() if memos is None]
+        if missing and self._list_docs is not None:
+            held.update(self._listed(record, missing[0], missing[-1] + 1))
         while self._pages < pages:
-            self._memos.update(self._page(record, self._pages))
+            memos = held.get(self._pages)
+            self._memos.update(memos if memos is not None else self._page(record, self._pages))
             self._pages += 1
 
+    def _key(self, record: TaskRecord, number: int) -> Hashable | None:
+        return None if self._scope is None else (self._scope, record.id, record.created_at, number)
+
+    def _cached(self, record: TaskRecord, number: int) -> dict[str, Any] | None:
+        key = self._key(record, number)
+        return None if key is None else self._shared.get(key)
+
+    def _listed(self, record: TaskRecord, first: int, end: int) -> dict[int, dict[str, Any]]:
+        """Committed pages ``first`` to ``end - 1`` by number, read in one listing (and
+        cached). Only keys :func:`page_key` gives for a number in that range count: a later
+        page (sealed by a commit after the adopted record) or a key under the prefix that is
+        no page of this task (a task whose id extends this one's) is ignored."""
+        prefix = task_prefix(record.id)
+        after = page_key(record.id, first - 1) if first else None
+        assert self._list_docs is not None
+        found: dict[int, dict[str, Any]] = {}
+        for doc in self._list_docs(prefix, start_after=after, limit=end - first):
+            number = _page_number(prefix, doc.key)
+            if number is None or not first <= number < end or doc.body is None:
+                continue
+            memos = doc.body["memos"]
+            key = self._key(record, number)
+            if key is not None:
+                self._shared.put(key, memos, page_bytes(doc.body))
+            found[number] = memos
+        return found
+
     def _page(self, record: TaskRecord, number: int) -> dict[str, Any]:
-        key = None if self._scope is None else (self._scope, record.id, record.created_at, number)
+        key = self._key(record, number)
         memos = None if key is None else self._shared.get(key)
         if memos is not None:
             return memos
@@ -296,6 +347,16 @@ class SealedCache:
         if key is not None:
             self._shared.put(key, body["memos"], page_bytes(body))
         return body["memos"]  # type: ignore[no-any-return]
+
+
+def _page_number(prefix: str, key: str) -> int | None:
+    """The page number of a document key under ``prefix`` when it is the key
+    :func:`page_key` gives that number, else None."""
+    digits = key[len(prefix) :]
+    if not key.startswith(prefix) or not digits.isascii() or not digits.isdigit():
+        return None
+    number = int(digits)
+    return number if f"{number:06d}" == digits else None
 
 
 def every_memo(get_doc: GetDoc, record: TaskRecord) -> dict[str, Any]:

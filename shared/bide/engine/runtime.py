@@ -49,7 +49,9 @@ class Runtime:
         assert isinstance(record.state, Running)
         self._start = record.state.checkpoint
         self.progressed = False
-        self._sealed = memo_pages.SealedCache(harness.get_doc, memo_pages.page_scope(harness))
+        self._sealed = memo_pages.SealedCache(
+            harness.get_doc, memo_pages.page_scope(harness), list_docs=harness.list_docs
+        )
         self.progress = ProgressStream(record.id, self.now, self._flush_progress)
         """This run's progress reports, carried to the event stream (bide.engine.progress)."""
 

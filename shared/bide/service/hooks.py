@@ -58,7 +58,9 @@ def _minted(harness: Harness, record: TaskRecord) -> list[tuple[str, str, str | 
     minted, in memo name order (sealed memos too: :mod:`bide.engine.memo_pages`)."""
     found: list[tuple[str, str, str | None]] = []
     # Through the process's cache of sealed pages, as a replay reads them (read-only use).
-    every = memo_pages.SealedCache(harness.get_doc, memo_pages.page_scope(harness)).every(record)
+    every = memo_pages.SealedCache(
+        harness.get_doc, memo_pages.page_scope(harness), list_docs=harness.list_docs
+    ).every(record)
     for name, value in sorted(every.items()):
         if name.startswith(WEBHOOK_MEMO_PREFIX) and isinstance(value, str):
             found.append((name, value, None))
