@@ -26,7 +26,7 @@ from bide.workflow import define_workflow_tool
 
 
 class PageReads(_Wrapper):
-    """Counts the sealed pages read from the store."""
+    """Counts the sealed pages read from the store (one by one, or listed)."""
 
     def __init__(self, inner) -> None:
         super().__init__(inner)
@@ -36,6 +36,12 @@ class PageReads(_Wrapper):
         if key.startswith(memo_pages.PREFIX):
             self.reads[key] += 1
         return self.inner.get_doc(session_id, key)
+
+    def list_docs(self, session_id, prefix, *, start_after=None, limit=None):
+        found = self.inner.list_docs(session_id, prefix, start_after=start_after, limit=limit)
+        if prefix.startswith(memo_pages.PREFIX):
+            self.reads.update(doc.key for doc in found)
+        return found
 
 
 def _cached_pages(store: Any, task_id: str) -> list[Any]:
