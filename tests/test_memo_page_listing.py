@@ -141,3 +141,31 @@ def test_only_the_pages_the_cache_lacks_are_listed():
     cold = SealedCache(store.get_doc, (1, "s1"), cache, list_docs=store.list_docs)
     assert cold.every(_record(5)) == {f"m{n}": n for n in range(5)}
     assert store.listings == [(memo_pages.page_key("t-1", 1), 3)] and not store.gets
+
+
+def test_a_cold_webhook_listing_reads_the_sealed_pages_in_one_listing(monkeypatch):
+    from bide.service.hooks import live_webhooks
+    from bide.tools.webhook_keys import keys_of
+
+    async def body(args, ctx):
+        hook = await ctx.webhook(name="callback")  # operation 1: sealed by the steps after
+        for i in range(3 * memo_pages.PAGE_MEMOS):
+            await ctx.step(lambda i=i: i, name=f"s{i}")
+        return await hook
+
+    store = PageRequests(SQLiteStore())
+
+    async def go():
+        t = await Tools(define_workflow_tool("hooked", "", Note, body), store=store).start()
+        call = await t.call("hooked", {})
+        await t.h.run_until_parked()
+        pages = t.h.task(call).memo_pages
+        assert pages >= 3, pages
+        monkeypatch.setattr(memo_pages, "PAGES", PageCache(max_pages=2048, max_bytes=8 << 20))
+        await t.reopen()
+        store.gets, store.listings = 0, []
+        listed = live_webhooks(t.h, "http://127.0.0.1:1", keys_of(t.h.services))
+        assert [h["name"] for h in listed] == ["callback"]
+        assert store.listings == [(None, pages)] and store.gets == 0, (store.listings, store.gets)
+
+    run(go())
