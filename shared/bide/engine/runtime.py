@@ -54,6 +54,7 @@ class Runtime:
         )
         self.progress = ProgressStream(record.id, self.now, self._flush_progress)
         """This run's progress reports, carried to the event stream (bide.engine.progress)."""
+        self._staged: dict[str, Any] = {}  # memos written with the next commit of the task
 
     @property
     def task_id(self) -> str:
@@ -90,6 +91,8 @@ class Runtime:
         def write(d: Draft) -> bool:
             self._holder(d)
             tx = _Tx(self._h, d, self._task_id, sealed=self._sealed)
+            for name, value in self._staged.items():
+                tx.memo(name, value)
             new = state(tx) if callable(state) else state
             if new is None:  # side writes only (child tasks, signals, memos); state unchanged
                 self.progress.stage(tx, final=False, items=_items(d))
@@ -105,6 +108,7 @@ class Runtime:
             progressed = self._h._apply(write)
         finally:
             self.progress.busy = False
+        self._staged.clear()
         self.progress.committed()
         if self.progress.leftover is not None:  # the final commit had no room for it
             self._h._apply(lambda d: self.progress.write_leftover(HostTx(self._h, d)))
@@ -163,6 +167,14 @@ class Runtime:
             )
 
         return self._h._apply(write)
+
+    def stage_memo(self, name: str, value: Any) -> Any:
+        """Write memo ``name`` (first writer wins) with the task's next commit, not alone: for
+        a memo nothing outside the task sees before that commit, so a crash before it leaves
+        what a crash before this call leaves (the run, replayed, writes it again). The value
+        staged first for ``name`` (this one, or an earlier call's not yet committed)."""
+        require_json(value, f"memo {name!r}")
+        return self._staged.setdefault(name, value)
 
     async def read_signal(self, token: SignalToken[T], key: str) -> SignalState[T] | None:
         """The key's value, failure (:class:`SignalFailed`), expired, or None: from the record

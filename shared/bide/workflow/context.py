@@ -462,12 +462,18 @@ class WorkflowContext:
             raise
 
     async def _begin(self, op: Op[Any]) -> dict[str, Any]:
-        """The wait's record, written with its side effects when first evaluated."""
+        """The wait's record, written with its side effects when first evaluated (a wait
+        without side writes stages it for the task's next commit instead)."""
         record = self._rt.recorded(op_memo(op.seq))
         if record is not None:
             self._same(op, record)
             return record  # type: ignore[no-any-return]
         candidate = op.record()
+        if type(op).begin is Op.begin:
+            # No side writes: the record rides with the park (or the resolution) instead of a
+            # commit of its own. Nothing reads it before then; a crash before then replays
+            # the operation as if never begun, as a crash before this commit did.
+            return self._rt.stage_memo(op_memo(op.seq), candidate)  # type: ignore[no-any-return]
 
         def write(tx: Any) -> dict[str, Any]:
             winner: dict[str, Any] = tx.memo(op_memo(op.seq), candidate)

@@ -1,0 +1,85 @@
+"""A wait with no side writes (``ctx.wait_for``, ``ctx.sleep``) has its record written with
+the park (or its resolution), not in a commit of its own (``Runtime.stage_memo``): a crash at
+any commit of a signal -> next wait round, before or after it lands, still ends the body with
+every value read once and every deadline as first fixed."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from kit import ANSWER, HOUR, run
+from test_workflow_support import Note, Tools
+
+from bide import SQLiteStore
+from bide.testing import Crash, FaultyStore
+from bide.workflow import WaitTimeout, define_workflow_tool
+from bide.workflow.history import op_memo
+
+ROUND_COMMITS = 4  # the worker's commits of one round: claim, intent, resolution, park
+
+
+async def body(args, ctx):
+    seen = []
+    for key in ("a", "b", "c"):
+        try:
+            seen.append((await ctx.wait_for(ANSWER, key, timeout=HOUR)).text)
+        except WaitTimeout:
+            seen.append("-")
+    return "".join(seen)
+
+
+def _round_commits() -> int:
+    """The commits the harness makes for one signal -> next wait (counted, not assumed)."""
+
+    async def go():
+        store = FaultyStore(SQLiteStore())
+        t = await Tools(define_workflow_tool("w", "", Note, body), store=store).start()
+        call = await t.call("w", {})
+        await t.h.run_until_parked()
+        assert await t.h.signal(call, ANSWER, "a", {"text": "A"}) == "delivered"
+        before = store.commits
+        await t.h.run_until_parked()
+        return store.commits - before
+
+    return run(go())
+
+
+def test_one_round_makes_four_commits():
+    assert _round_commits() == ROUND_COMMITS
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("at", range(1, ROUND_COMMITS + 1))
+def test_a_crash_at_any_commit_of_a_round_reads_each_value_once(at: int, when: str):
+    async def go():
+        store = FaultyStore(SQLiteStore(), when=when)  # type: ignore[arg-type]
+        t = await Tools(define_workflow_tool("w", "", Note, body), store=store).start()
+        call = await t.call("w", {})
+        await t.h.run_until_parked()
+        parked = t.memos(call)[op_memo(1)]
+        assert await t.h.signal(call, ANSWER, "a", {"text": "A"}) == "delivered"
+        store.fail_at = store.commits + at
+        with contextlib.suppress(Crash):
+            await t.h.run_until_parked()
+        assert store.crashed
+        await t.reopen()
+        await t.h.run_until_parked()
+        assert t.status(call) == "sleeping"
+        memos = t.memos(call)
+        assert memos[op_memo(1)] == parked  # the first wait's deadline, as first fixed
+        second = memos[op_memo(2)]
+        # The second wait's record is durable with its park: its deadline is the one the
+        # park sleeps until, and stays so however often the body is replayed.
+        assert t.h.task(call).state.until == second["until"]
+        t.kit.clock.advance(HOUR / 2)
+        await t.reopen()
+        await t.h.run_until_parked()
+        assert t.memos(call)[op_memo(2)] == second
+        assert await t.h.signal(call, ANSWER, "b", {"text": "B"}) == "delivered"
+        await t.h.run_until_parked()
+        t.kit.clock.advance(2 * HOUR)  # "c" never comes: its wait times out
+        await t.h.run_until_parked()
+        return t.result(call).text
+
+    assert run(go()) == "AB-"
