@@ -318,11 +318,8 @@ class StoreContract(AbsentDocsContract, AtHeadContract):
                 while True:
                     snap = handle.load(sid)
                     counter = snap.tasks["counter"]
-                    bumped = counter.model_copy(
-                        update={
-                            "memos": {"count": counter.memos["count"] + 1},
-                            "rev": counter.rev + 1,
-                        }
+                    bumped = counter.replace(
+                        memos={"count": counter.memos["count"] + 1}, rev=counter.rev + 1
                     )
                     try:
                         seq = handle.commit(sid, snap.seq, [bumped])
@@ -472,7 +469,7 @@ class StoreContract(AbsentDocsContract, AtHeadContract):
         store.commit(sid, 0, [big, task("small", sid)])
         assert store.get_task(sid, "big") == big
         assert store.load(sid).tasks == {"big": big, "small": task("small", sid)}
-        ended = big.model_copy(update={"state": Terminal(outcome=Completed(result=None))})
+        ended = big.replace(state=Terminal(outcome=Completed(result=None)))
         store.commit(sid, 1, [ended])
         assert store.get_task(sid, "big") == ended
         assert set(store.load(sid).tasks) == {"small"}

@@ -145,7 +145,7 @@ class Stage:
                 record = h._live[self.web.task]
                 running = Running(checkpoint=record.state.checkpoint)  # type: ignore[union-attr]
                 handle = Runtime(
-                    h, record.model_copy(update={"state": running}), "fuzz", aborting=False
+                    h, record.replace(state=running), "fuzz", aborting=False
                 )
                 return await handle.read_signal(BLOB, key)
             finally:
