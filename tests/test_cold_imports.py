@@ -196,3 +196,34 @@ def test_the_public_names_are_imported_on_first_use() -> None:
         assert set(package._EXPORTS) == set(package.__all__), package.__name__
         for name in package.__all__:
             assert getattr(package, name) is not None
+
+
+# The engine's modules on the handlers' path read and write records without pydantic (its
+# import is a large part of a cold start; docs/performance.md, section d): records and states
+# are plain dataclasses, and a signal's or a task input's schema imports pydantic when it is
+# first used. The modules are those the worker's import loads (the widest path).
+ENGINE_PROBE = """
+import json, sys
+sys.path[:0] = sys.argv[1:2]
+for name in json.loads(sys.argv[2]):
+    __import__(name)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_the_engine_on_the_path_imports_no_pydantic() -> None:
+    engine = [m for m in loaded("worker") if m.startswith("bide.engine")]
+    for required in ("bide.engine.records", "bide.engine.state", "bide.engine.signals"):
+        assert required in engine  # the worker's path still holds what this test is about
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", ENGINE_PROBE, str(ROOT / "shared"), json.dumps(engine)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    modules: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert matching(modules, ("pydantic", "pydantic_core")) == []

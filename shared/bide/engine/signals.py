@@ -2,6 +2,11 @@
 
 A :class:`SignalToken` names a kind of signal, versions it and gives it a schema (a pydantic
 model or any type pydantic can validate). ``token.key("done")`` names one wait.
+
+pydantic is imported by the functions that use a schema (:func:`define_signal`, a token's
+``validate`` and ``dump``), not with this module: the engine's own modules, which import this
+one, are on every Lambda function's import path, and pydantic's import is a large part of a cold
+start (docs/performance.md, section d).
 """
 
 from __future__ import annotations
@@ -9,13 +14,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
-
-from pydantic import TypeAdapter, ValidationError
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .errors import DefinitionError
 from .failures import SignalFailed
 from .limits import ENVELOPE_DEPTH, ValueRefused
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter, ValidationError
 
 T = TypeVar("T")
 
@@ -88,6 +94,8 @@ class SignalToken(Generic[T]):
 
     def validate(self, value: Any) -> T:
         """Check ``value`` against the schema; raises :class:`InvalidSignalValue`."""
+        from pydantic import ValidationError  # on first use (see the module's docstring)
+
         try:
             # The adapter's validator itself: its validate_python() only forwards the
             # defaults, and a replay validates every value it passes.
@@ -162,6 +170,8 @@ def define_signal(
         raise DefinitionError(f"signal {name!r}: version must be an integer >= 1")
     if not isinstance(envelope, int) or not 0 <= envelope <= ENVELOPE_DEPTH:
         raise DefinitionError(f"signal {name!r}: envelope must be 0 to {ENVELOPE_DEPTH}")
+    from pydantic import TypeAdapter  # on first use (see the module's docstring)
+
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(schema)
     except Exception as exc:  # pydantic raises several types for unusable schemas

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
-
-from pydantic import TypeAdapter, ValidationError
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .errors import DefinitionError
 from .signals import SignalResult, SignalState, SignalToken
 from .state import Checkpoint, Outcome, TaskState, WakeReason
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 T = TypeVar("T")
 
@@ -124,6 +125,8 @@ class TaskDefinition:
         """Validate the task's input (when the kind declared ``input_type``) into JSON form."""
         if self._input_adapter is None:
             return value
+        from pydantic import ValidationError  # with the first input_type (kinds with one only)
+
         try:
             parsed = self._input_adapter.validate_python(value)
         except ValidationError as exc:
@@ -161,5 +164,11 @@ def define_task(
         raise DefinitionError(f"task {name!r}: version must be an integer >= 1")
     if not phases:
         raise DefinitionError(f"task {name!r}: at least one phase is needed")
-    adapter = TypeAdapter(input_type) if input_type is not None else None
+    adapter = None
+    if input_type is not None:
+        # Imported here: the engine is on every Lambda function's import path, and pydantic's
+        # import is a large part of a cold start (docs/performance.md, section d).
+        from pydantic import TypeAdapter
+
+        adapter = TypeAdapter(input_type)
     return TaskDefinition(name, version, initial, dict(phases), abort, input_type, rerun, adapter)
