@@ -428,24 +428,18 @@ class StoreContract(AbsentDocsContract, AtHeadContract):
                 restarts=2,
                 rev=41,
             ),
-            task("w", sid).model_copy(
-                update={"state": Waiting(checkpoint={"phase": "p"}, on=("a", "b"), policy="any")}
+            task("w", sid).replace(
+                state=Waiting(checkpoint={"phase": "p"}, on=("a", "b"), policy="any")
             ),
-            task("r", sid).model_copy(
-                update={
-                    "state": Running(
-                        checkpoint={"phase": "p"},
-                        wake=WakeSignal(signal="approve", key="k1"),
-                        invocation="inv-1",
-                    )
-                }
+            task("r", sid).replace(
+                state=Running(
+                    checkpoint={"phase": "p"},
+                    wake=WakeSignal(signal="approve", key="k1"),
+                    invocation="inv-1",
+                )
             ),
-            task("c", sid).model_copy(
-                update={"state": Completing(outcome=Failed(error={"why": nested}))}
-            ),
-            task("t", sid).model_copy(
-                update={"state": Terminal(outcome=Aborted(reason="user said ✋"))}
-            ),
+            task("c", sid).replace(state=Completing(outcome=Failed(error={"why": nested}))),
+            task("t", sid).replace(state=Terminal(outcome=Aborted(reason="user said ✋"))),
         ]
         store.commit(sid, 0, records)
         snap = store.load(sid)

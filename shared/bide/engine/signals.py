@@ -21,7 +21,7 @@ from .failures import SignalFailed
 from .limits import ENVELOPE_DEPTH, ValueRefused
 
 if TYPE_CHECKING:
-    from pydantic import TypeAdapter, ValidationError
+    from pydantic import TypeAdapter
 
 T = TypeVar("T")
 
@@ -82,7 +82,9 @@ class SignalToken(Generic[T]):
     version: int
     schema: Any
     migrate: Callable[[Any, int], Any] | None = None
-    _adapter: TypeAdapter[Any] | None = field(repr=False, default=None)
+    # A pydantic TypeAdapter, typed Any here: pydantic is not imported with this module, and
+    # a class's annotations must resolve without it (typing.get_type_hints).
+    _adapter: Any = field(repr=False, default=None)
     envelope: int = 0
     """Levels the schema wraps around a caller's value (see :func:`define_signal`)."""
 
@@ -117,7 +119,8 @@ class SignalToken(Generic[T]):
     def _require_adapter(self) -> TypeAdapter[Any]:
         if self._adapter is None:
             raise DefinitionError(f"signal {self.name!r}: build tokens with define_signal()")
-        return self._adapter
+        adapter: TypeAdapter[Any] = self._adapter
+        return adapter
 
     def load(self, stored: Any, stored_version: int) -> T:
         """Read a stored value, migrating it from an older version when needed."""
@@ -134,7 +137,8 @@ class SignalToken(Generic[T]):
 class InvalidSignalValue(ValueError):
     """A signal value failed its token's schema. Says which field and why."""
 
-    def __init__(self, signal: str, error: ValidationError) -> None:
+    def __init__(self, signal: str, error: Any) -> None:
+        # ``error``: pydantic's ValidationError (typed Any: pydantic is imported on first use).
         self.signal = signal
         self.errors = [
             {"field": ".".join(str(p) for p in e["loc"]) or "(value)", "message": e["msg"]}

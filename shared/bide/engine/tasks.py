@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .errors import DefinitionError
 from .signals import SignalResult, SignalState, SignalToken
 from .state import Checkpoint, Outcome, TaskState, WakeReason
-
-if TYPE_CHECKING:
-    from pydantic import TypeAdapter
 
 T = TypeVar("T")
 
@@ -119,7 +116,9 @@ class TaskDefinition:
     abort: Phase | None = None
     input_type: Any = None
     rerun: Callable[[Any, bool], bool] | None = None
-    _input_adapter: TypeAdapter[Any] | None = field(default=None, repr=False)
+    # A pydantic TypeAdapter, typed Any: pydantic is imported with the first input_type only,
+    # and a class's annotations must resolve without it (typing.get_type_hints).
+    _input_adapter: Any = field(default=None, repr=False)
 
     def validate_input(self, value: Any) -> Any:
         """Validate the task's input (when the kind declared ``input_type``) into JSON form."""
