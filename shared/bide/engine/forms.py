@@ -15,12 +15,29 @@ cannot hold, an infinity or NaN, is written ``null``).
 from __future__ import annotations
 
 import json
+import json.encoder
+import json.scanner
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 _ENCODER = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False
+)
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# The C encoder behind ``_ENCODER.encode``, made once: a record is written on every commit of
+# its task, and building it per call is a good part of a small record's write.
+_C_ENCODE: Callable[[Any, int], Any] | None = (
+    json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+        None, _not_json, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+    if json.encoder.c_make_encoder is not None  # type: ignore[attr-defined]
+    else None
 )
 
 
@@ -126,7 +143,7 @@ def dumps(data: Any) -> str:
     """``data`` (JSON values: dicts, lists, tuples, strings, numbers, booleans, None) as the
     stores write it: compact, non-ASCII kept, floats in the stored spelling."""
     try:
-        out = _ENCODER.encode(data)
+        out = "".join(_C_ENCODE(data, 0)) if _C_ENCODE is not None else _ENCODER.encode(data)
     except ValueError:  # an infinity or NaN: written null, as the stored forms always had it
         return _spelled(data)
     # Python spells floats under 1e-4 with a padded exponent (2.5e-05, 1e-07); a float
@@ -173,6 +190,23 @@ def float_text(value: float) -> str:
 def loads(data: str | bytes) -> Any:
     """Parse stored JSON; malformed text is a :class:`FormError`."""
     try:
-        return json.loads(data)
+        text = data.decode("utf-8") if isinstance(data, bytes | bytearray) else data
+        if _C_SCAN is None:
+            return json.loads(text)
+        # The C scanner json.loads runs, called directly: a stored form is one compact value,
+        # so the decoder's whitespace matching around it is skipped unless text follows it.
+        value, end = _C_SCAN(text, 0)
+        if end != len(text) and text[end:].strip():
+            raise ValueError(f"extra data at character {end}")
+        return value
+    except StopIteration:  # no value at all (empty text)
+        raise FormError("(document)", "is not JSON (no value)") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, too deep
         raise FormError("(document)", f"is not JSON ({exc})") from None
+
+
+_C_SCAN: Callable[[str, int], tuple[Any, int]] | None = (
+    json.scanner.c_make_scanner(json.JSONDecoder())  # type: ignore[attr-defined]
+    if json.scanner.c_make_scanner is not None  # type: ignore[attr-defined]
+    else None
+)

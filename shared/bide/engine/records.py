@@ -18,7 +18,7 @@ from .state import TaskState, state_from_dict
 _SLOT_FIELDS = frozenset(("version", "value", "has_value", "expired", "consumed", "failure"))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class SignalSlot:
     """One key's life on a task: a value or a failure (with the token version that wrote it),
     or expired;
@@ -53,16 +53,33 @@ class SignalSlot:
     def from_dict(cls, data: Any) -> SignalSlot:
         """Read the stored form (:class:`~bide.engine.forms.FormError`, naming the field, if
         it is not one). Every field may be absent (its default)."""
-        forms.shape(data, "a signal slot", _SLOT_FIELDS)
+        if type(data) is not dict or not data.keys() <= _SLOT_FIELDS:
+            forms.shape(data, "a signal slot", _SLOT_FIELDS)
         get = data.get
-        failure = get("failure")
+        version, failure = get("version"), get("failure")
+        # Each check is inline for the common case; the forms function names what is wrong.
+        if version is not None and type(version) is not int:
+            version = forms.integer(version, "version")
+        if failure is not None and type(failure) is not dict:
+            failure = forms.mapping(failure, "failure")
+        has_value, expired, consumed = (
+            get("has_value", False),
+            get("expired", False),
+            get("consumed", False),
+        )
+        if type(has_value) is not bool:
+            forms.flag(has_value, "has_value")
+        if type(expired) is not bool:
+            forms.flag(expired, "expired")
+        if type(consumed) is not bool:
+            forms.flag(consumed, "consumed")
         return cls(
-            version=forms.maybe_integer(get("version"), "version"),
+            version=version,
             value=get("value"),
-            has_value=forms.flag(get("has_value", False), "has_value"),
-            expired=forms.flag(get("expired", False), "expired"),
-            consumed=forms.flag(get("consumed", False), "consumed"),
-            failure=None if failure is None else forms.mapping(failure, "failure"),
+            has_value=has_value,
+            expired=expired,
+            consumed=consumed,
+            failure=failure,
         )
 
 
@@ -88,15 +105,18 @@ _RECORD_FIELDS = frozenset(
         "rev",
     )
 )
-_RECORD_REQUIRED = ("id", "session_id", "kind", "version", "state", "created_at")
+_ABSENT = object()  # a field the stored form leaves out
+_new = object.__new__
+_RECORD_REQUIRED = frozenset(("id", "session_id", "kind", "version", "state", "created_at"))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TaskRecord:
     """Everything the engine knows about a task. ``rev`` counts the record's writes.
 
     Built by the engine (its fields are typed, not checked at build); a record read from a
-    store is checked field by field (:meth:`from_json`)."""
+    store is checked field by field (:meth:`from_json`). The engine never changes a record in
+    place: a change is a new record (:meth:`replace`), so a record handed out stays as read."""
 
     id: str
     session_id: str
@@ -172,32 +192,85 @@ class TaskRecord:
     def from_dict(cls, data: Any) -> TaskRecord:
         """Read the stored form. Refuses (:class:`~bide.engine.forms.FormError`, naming the
         field) an unknown field, a missing required one or a value of the wrong type."""
-        forms.shape(data, "a task record", _RECORD_FIELDS, _RECORD_REQUIRED)
+        # Read on every load of a session (a thousand at once for a large one): each check is
+        # inline for the stored case, and the forms function, which names what is wrong (or
+        # takes a subclass), runs only when that fails.
+        if (
+            type(data) is not dict
+            or not data.keys() <= _RECORD_FIELDS
+            or not data.keys() >= _RECORD_REQUIRED
+        ):
+            forms.shape(data, "a task record", _RECORD_FIELDS, _RECORD_REQUIRED)
         get = data.get
         try:
             state = state_from_dict(data["state"])
         except FormError as exc:
             raise exc.within("state") from None
-        return cls(
-            id=forms.text(data["id"], "id"),
-            session_id=forms.text(data["session_id"], "session_id"),
-            kind=forms.text(data["kind"], "kind"),
-            version=forms.integer(data["version"], "version"),
-            input=get("input"),
-            owner=forms.maybe_text(get("owner"), "owner"),
-            background=forms.flag(get("background", False), "background"),
-            key=forms.maybe_text(get("key"), "key"),
-            abort_marked=forms.flag(get("abort_marked", False), "abort_marked"),
-            abort_reason=forms.maybe_text(get("abort_reason"), "abort_reason"),
-            memos=forms.mapping(get("memos", {}), "memos"),
-            memo_pages=forms.integer(get("memo_pages", 0), "memo_pages"),
-            signals=_slots(get("signals", {})),
-            streams=_streams(get("streams", {})),
-            state=state,
-            created_at=forms.number(data["created_at"], "created_at"),
-            restarts=forms.integer(get("restarts", 0), "restarts"),
-            rev=forms.integer(get("rev", 0), "rev"),
+        id_, session_id, kind, version = (
+            data["id"],
+            data["session_id"],
+            data["kind"],
+            data["version"],
         )
+        if type(id_) is not str:
+            id_ = forms.text(id_, "id")
+        if type(session_id) is not str:
+            session_id = forms.text(session_id, "session_id")
+        if type(kind) is not str:
+            kind = forms.text(kind, "kind")
+        if type(version) is not int:
+            version = forms.integer(version, "version")
+        owner, key, abort_reason = get("owner"), get("key"), get("abort_reason")
+        if owner is not None and type(owner) is not str:
+            owner = forms.text(owner, "owner")
+        if key is not None and type(key) is not str:
+            key = forms.text(key, "key")
+        if abort_reason is not None and type(abort_reason) is not str:
+            abort_reason = forms.text(abort_reason, "abort_reason")
+        background, abort_marked = get("background", False), get("abort_marked", False)
+        if type(background) is not bool:
+            forms.flag(background, "background")
+        if type(abort_marked) is not bool:
+            forms.flag(abort_marked, "abort_marked")
+        memos = get("memos", _ABSENT)
+        if type(memos) is not dict:
+            memos = {} if memos is _ABSENT else forms.mapping(memos, "memos")
+        signals = get("signals")
+        signals = _slots(signals) if signals or "signals" in data else {}
+        streams = get("streams")
+        if type(streams) is not dict or streams:
+            streams = _streams(streams) if "streams" in data else {}
+        memo_pages, restarts, rev = get("memo_pages", 0), get("restarts", 0), get("rev", 0)
+        if type(memo_pages) is not int:
+            memo_pages = forms.integer(memo_pages, "memo_pages")
+        if type(restarts) is not int:
+            restarts = forms.integer(restarts, "restarts")
+        if type(rev) is not int:
+            rev = forms.integer(rev, "rev")
+        created_at = data["created_at"]
+        if type(created_at) is not float:
+            created_at = forms.number(created_at, "created_at")
+        # Filled in directly, not through __init__'s keywords: the same fields, read faster.
+        record = _new(cls)
+        record.id = id_
+        record.session_id = session_id
+        record.kind = kind
+        record.version = version
+        record.input = get("input")
+        record.owner = owner
+        record.background = background
+        record.key = key
+        record.abort_marked = abort_marked
+        record.abort_reason = abort_reason
+        record.memos = memos
+        record.memo_pages = memo_pages
+        record.signals = signals
+        record.streams = streams
+        record.state = state
+        record.created_at = created_at
+        record.restarts = restarts
+        record.rev = rev
+        return record
 
     @classmethod
     def from_json(cls, data: str | bytes) -> TaskRecord:
@@ -207,7 +280,9 @@ class TaskRecord:
 
 def _slots(data: Any) -> dict[str, SignalSlot]:
     slots: dict[str, SignalSlot] = {}
-    for name, slot in forms.mapping(data, "signals").items():
+    if type(data) is not dict:
+        forms.mapping(data, "signals")
+    for name, slot in data.items():
         try:
             slots[name] = SignalSlot.from_dict(slot)
         except FormError as exc:
@@ -216,6 +291,9 @@ def _slots(data: Any) -> dict[str, SignalSlot]:
 
 
 def _streams(data: Any) -> dict[str, int]:
-    for name, mark in forms.mapping(data, "streams").items():
-        forms.integer(mark, f"streams.{name}")
+    if type(data) is not dict:
+        forms.mapping(data, "streams")
+    for name, mark in data.items():
+        if type(mark) is not int:
+            forms.integer(mark, f"streams.{name}")
     return data  # type: ignore[no-any-return]

@@ -12,6 +12,7 @@ start (docs/performance.md, section d).
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -50,9 +51,10 @@ class SignalKey(Generic[T]):
     signal: str
     key: str
 
-    @property
+    @functools.cached_property
     def slot(self) -> str:
-        """The name this key is stored under on the task."""
+        """The name this key is stored under on the task (computed once: the scheduler reads
+        it for every parked task each time it looks for work)."""
         return slot_name(self.signal, self.key)
 
 

@@ -23,8 +23,7 @@ JsonValue = Any
 Checkpoint = dict[str, Any]
 
 
-def _set(obj: object, name: str, value: Any) -> None:
-    object.__setattr__(obj, name, value)  # a frozen dataclass's own normalizing, at build
+_set = object.__setattr__  # a frozen dataclass's own normalizing, at build
 
 
 # --- why parked work runs again -------------------------------------------------------------
@@ -187,6 +186,8 @@ Outcome = Completed | Failed | Aborted | Orphaned | Faulted
 def _checkpoint(value: Any) -> Checkpoint:
     # A phase name is short for {"phase": name}; a dict is copied, so the caller's own dict
     # changing later does not change the state.
+    if type(value) is dict and type(value.get("phase")) is str:
+        return dict(value)  # a stored one (keys are strings: JSON's are)
     if isinstance(value, str):
         return {"phase": forms.text(value, "checkpoint")}
     if type(value) is not dict or not isinstance(value.get("phase"), str):
@@ -293,6 +294,8 @@ class Waiting:
 
 
 def _signal_keys(value: Any) -> tuple[SignalKey[Any], ...]:
+    if type(value) is tuple and all(type(k) is SignalKey for k in value):
+        return value  # already checked: built by this module's reader, or copied from a state
     if not isinstance(value, list | tuple):
         raise FormError("signals", f"must be a list of signal keys, got {type(value).__name__}")
     for i, key in enumerate(value):
@@ -337,12 +340,16 @@ class Sleeping:
         expire_on_deadline: bool = True,
     ) -> None:
         _set(self, "checkpoint", _checkpoint(checkpoint))
-        _set(self, "until", forms.maybe_number(until, "until"))
-        _set(self, "signals", _signal_keys(signals))
-        beat = forms.maybe_number(heartbeat, "heartbeat")
-        if beat is not None and not 0 < beat < float("inf"):
-            raise FormError("heartbeat", f"must be a finite number of seconds > 0, got {beat}")
-        _set(self, "heartbeat", beat)
+        if until is not None and type(until) is not float:
+            until = forms.number(until, "until")
+        _set(self, "until", until)
+        _set(self, "signals", _signal_keys(signals) if signals else ())
+        if heartbeat is not None:
+            heartbeat = forms.number(heartbeat, "heartbeat")
+            if not 0 < heartbeat < float("inf"):
+                why = f"must be a finite number of seconds > 0, got {heartbeat}"
+                raise FormError("heartbeat", why)
+        _set(self, "heartbeat", heartbeat)
         _set(self, "beat_by", forms.maybe_number(beat_by, "beat_by"))
         _set(self, "expire_on_deadline", forms.flag(expire_on_deadline, "expire_on_deadline"))
 
@@ -367,8 +374,11 @@ class Sleeping:
     @property
     def deadline(self) -> float | None:
         """The earliest time this sleep wakes without a value: ``until`` or ``beat_by``."""
-        times = [t for t in (self.until, self.beat_by) if t is not None]
-        return min(times) if times else None
+        # Read for every parked task each time the scheduler looks for work: no list built.
+        until, beat_by = self.until, self.beat_by
+        if beat_by is None:
+            return until
+        return beat_by if until is None or beat_by < until else until
 
 
 def _outcome(value: Any) -> None:
@@ -442,6 +452,7 @@ _REQUIRED: dict[type, tuple[str, ...]] = {
     )
     for cls in _FIELDS
 }
+_REQUIRED_SETS = {cls: frozenset(names) for cls, names in _REQUIRED.items()}
 _WAKES: dict[str, type[WakeReason]] = {cls.reason: cls for cls in WakeReasons}
 _OUTCOMES: dict[str, type[Outcome]] = {cls.status: cls for cls in Outcomes}
 _STATES: dict[str, type[TaskState]] = {cls.status: cls for cls in TaskStates}
@@ -454,7 +465,8 @@ def _read(data: Any, tag: str, kinds: dict[str, Any], what: str) -> tuple[type, 
     cls = kinds.get(name) if isinstance(name, str) else None
     if cls is None:
         raise FormError(tag, f"must be one of {', '.join(kinds)}, got {name!r}")
-    forms.shape(data, f"a {name} {what}", _FIELDS[cls], _REQUIRED[cls])
+    if not data.keys() <= _FIELDS[cls] or not _REQUIRED_SETS[cls] <= data.keys():
+        forms.shape(data, f"a {name} {what}", _FIELDS[cls], _REQUIRED[cls])
     fields = dict(data)
     del fields[tag]
     return cls, fields
@@ -495,14 +507,21 @@ def _nested(read: Any, data: Any, name: str) -> Any:
 _KEY_FIELDS = frozenset(("signal", "key"))
 
 
-def _keys_from(data: Any) -> list[Any]:
+def _keys_from(data: Any) -> Any:
     if not isinstance(data, list):
-        return data  # type: ignore[no-any-return]  # the state's own check names it
+        return data  # the state's own check names it
     keys: list[Any] = []
     for i, item in enumerate(data):
-        try:
-            forms.shape(item, "a signal key", _KEY_FIELDS, _KEY_FIELDS)
-        except FormError as exc:
-            raise exc.within(f"signals.{i}") from None
-        keys.append(SignalKey(item["signal"], item["key"]))
-    return keys
+        if type(item) is not dict or item.keys() != _KEY_FIELDS:
+            try:
+                forms.shape(item, "a signal key", _KEY_FIELDS, ("signal", "key"))
+            except FormError as exc:
+                raise exc.within(f"signals.{i}") from None
+        signal, key = item["signal"], item["key"]
+        if type(signal) is not str or type(key) is not str:
+            field = "signal" if type(signal) is not str else "key"
+            raise FormError(
+                f"signals.{i}.{field}", f"must be a string, got {type(item[field]).__name__}"
+            )
+        keys.append(SignalKey(signal, key))
+    return tuple(keys)
