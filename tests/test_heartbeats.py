@@ -26,7 +26,7 @@ from bide import (
 from bide.engine.forms import FormError
 from bide.engine.heartbeats import decide_beat
 from bide.engine.slots import nothing_moved
-from bide.engine.state import state_from_dict
+from bide.engine.state_forms import state_from_dict
 
 D, DUP, CLOSED, NF = (
     SignalResult.DELIVERED,

@@ -37,10 +37,8 @@ from bide.engine.state import (
     WakeSignal,
     WakeTasks,
     WakeTime,
-    outcome_from_dict,
-    state_from_dict,
-    wake_from_dict,
 )
+from bide.engine.state_forms import outcome_from_dict, state_from_dict, wake_from_dict
 
 GOLDEN: dict[str, str] = json.loads(
     (Path(__file__).parent / "record_forms_golden.json").read_text("utf-8")
@@ -424,3 +422,14 @@ def test_replace_makes_a_new_record_and_leaves_the_old_one():
     assert new.memos is old.memos  # a shallow copy, as model_copy was
     with pytest.raises(TypeError):
         old.replace(colour="red")
+
+
+def test_a_value_prints_as_the_models_printed_it():
+    # Logs and examples print wake reasons and outcomes; the tag comes first, as before.
+    assert repr(WakeExpired()) == "WakeExpired(reason='expired')"
+    assert repr(Completed(result=1)) == "Completed(status='completed', result=1)"
+    assert repr(Aborted(reason="x")) == "Aborted(status='aborted', reason='x', result=None)"
+    assert repr(WakeTasks(ended=("a",))) == "WakeTasks(reason='tasks', ended=('a',))"
+    assert repr(Pending(checkpoint="go")) == (
+        "Pending(status='pending', checkpoint={'phase': 'go'}, wake=None)"
+    )

@@ -13,7 +13,8 @@ from typing import Any
 
 from . import forms
 from .forms import FormError
-from .state import TaskState, state_from_dict
+from .state import TaskState
+from .state_forms import state_from_dict
 
 _SLOT_FIELDS = frozenset(("version", "value", "has_value", "expired", "consumed", "failure"))
 

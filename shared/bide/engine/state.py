@@ -2,8 +2,9 @@
 
 Every value here is a frozen dataclass (keyword arguments only, slots): equal when its fields
 are, hashable when they are, immutable. Its stored JSON form is :meth:`to_dict`; the
-``*_from_dict`` functions read one back strictly (:class:`~bide.engine.forms.FormError` for an
-unknown field, a missing one or a wrong type, naming it). A state a phase builds is checked the
+``*_from_dict`` functions of :mod:`bide.engine.state_forms` read one back strictly
+(:class:`~bide.engine.forms.FormError` for an unknown field, a missing one or a wrong type,
+naming it). A state a phase builds is checked the
 same way when it is built. Allowed transitions are a table (:data:`PHASE_TRANSITIONS`), checked
 in one place.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import MISSING, dataclass
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from . import forms
@@ -26,11 +27,27 @@ Checkpoint = dict[str, Any]
 _set = object.__setattr__  # a frozen dataclass's own normalizing, at build
 
 
+class _Value:
+    """What every state, wake reason and outcome shares: its repr names its tag first, as
+    the models of earlier versions printed it (``WakeExpired(reason='expired')``,
+    ``Completed(status='completed', result=1)``), so logs and printed values read the same."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        cls = type(self)
+        tag = "status" if isinstance(getattr(cls, "status", None), str) else "reason"
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        parts = [f"{tag}={getattr(cls, tag)!r}"]
+        parts += [f"{f.name}={getattr(self, f.name)!r}" for f in fields]
+        return f"{cls.__name__}({', '.join(parts)})"
+
+
 # --- why parked work runs again -------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WakeTime:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class WakeTime(_Value):
     """``until`` was reached by a sleep that listed no signals, or by one with
     ``expire_on_deadline=False`` (its keys stay open)."""
 
@@ -41,8 +58,8 @@ class WakeTime:
         return {"reason": "time"}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WakeExpired:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class WakeExpired(_Value):
     """``until`` was reached before any listed signal arrived; the open keys are now expired."""
 
     reason: ClassVar[Literal["expired"]] = "expired"
@@ -52,8 +69,8 @@ class WakeExpired:
         return {"reason": "expired"}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WakeHeartbeat:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class WakeHeartbeat(_Value):
     """A sleep with a ``heartbeat`` got no beat by ``missed_at`` (its ``beat_by``), before
     ``until`` and before any listed signal: the open keys are now expired, as for
     :class:`WakeExpired`."""
@@ -69,8 +86,8 @@ class WakeHeartbeat:
         return {"reason": "heartbeat", "missed_at": self.missed_at}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WakeSignal:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class WakeSignal(_Value):
     """The named key holds a value (read it with ``read_signal``); the key is now consumed."""
 
     reason: ClassVar[Literal["signal"]] = "signal"
@@ -86,8 +103,8 @@ class WakeSignal:
         return {"reason": "signal", "signal": self.signal, "key": self.key}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WakeTasks:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class WakeTasks(_Value):
     """Tasks waited on ended; ``ended`` lists every member that is terminal at the wake."""
 
     reason: ClassVar[Literal["tasks"]] = "tasks"
@@ -107,8 +124,8 @@ WakeReason = WakeTime | WakeExpired | WakeHeartbeat | WakeSignal | WakeTasks
 # --- outcomes --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Completed:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class Completed(_Value):
     """The task finished with a result."""
 
     status: ClassVar[Literal["completed"]] = "completed"
@@ -119,8 +136,8 @@ class Completed:
         return {"status": "completed", "result": self.result}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Failed:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class Failed(_Value):
     """The task's own logic decided it failed."""
 
     status: ClassVar[Literal["failed"]] = "failed"
@@ -131,8 +148,8 @@ class Failed:
         return {"status": "failed", "error": self.error}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Aborted:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class Aborted(_Value):
     """The task was aborted and its abort handler ended it (``result``: what it reported)."""
 
     status: ClassVar[Literal["aborted"]] = "aborted"
@@ -147,8 +164,8 @@ class Aborted:
         return {"status": "aborted", "reason": self.reason, "result": self.result}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Orphaned:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class Orphaned(_Value):
     """No definition could run the task (unknown kind or version)."""
 
     status: ClassVar[Literal["orphaned"]] = "orphaned"
@@ -162,8 +179,8 @@ class Orphaned:
         return {"status": "orphaned", "reason": self.reason}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Faulted:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class Faulted(_Value):
     """The engine ended the task: an uncaught error, no durable progress, or a restart limit."""
 
     status: ClassVar[Literal["faulted"]] = "faulted"
@@ -203,8 +220,8 @@ def _wake(value: Any) -> WakeReason | None:
     raise FormError("wake", f"must be a wake reason or None, got {type(value).__name__}")
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class Pending:
+@dataclass(frozen=True, slots=True, init=False, repr=False)
+class Pending(_Value):
     """Runnable: the scheduler will run the checkpoint's phase."""
 
     status: ClassVar[Literal["pending"]] = "pending"
@@ -221,8 +238,8 @@ class Pending:
         return {"status": "pending", "checkpoint": self.checkpoint, "wake": wake}
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class Running:
+@dataclass(frozen=True, slots=True, init=False, repr=False)
+class Running(_Value):
     """An invocation holds the task. ``invocation`` names the holder (set by the engine);
     ``lease_until`` (a clock time, or None without a lease) is when another harness may
     take the task over as abandoned: until then it is presumed running elsewhere."""
@@ -260,8 +277,8 @@ class Running:
 _POLICIES = ("fail_fast", "all_settled", "any")
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class Waiting:
+@dataclass(frozen=True, slots=True, init=False, repr=False)
+class Waiting(_Value):
     """Parked until tasks end: all of them (``all_settled``), all or the first failure
     (``fail_fast``), or the first of them (``any``)."""
 
@@ -306,8 +323,8 @@ def _signal_keys(value: Any) -> tuple[SignalKey[Any], ...]:
     return tuple(value)
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class Sleeping:
+@dataclass(frozen=True, slots=True, init=False, repr=False)
+class Sleeping(_Value):
     """Parked until a time, the first listed key that holds a value, or whichever comes first.
 
     ``heartbeat`` (seconds, with at least one listed key): the sender must beat at least that
@@ -386,8 +403,8 @@ def _outcome(value: Any) -> None:
         raise FormError("outcome", f"must be an outcome, got {type(value).__name__}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Completing:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class Completing(_Value):
     """Finished, holding its outcome, while work it owns is still live."""
 
     status: ClassVar[Literal["completing"]] = "completing"
@@ -401,8 +418,8 @@ class Completing:
         return {"status": "completing", "outcome": self.outcome.to_dict()}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Terminal:
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class Terminal(_Value):
     """Ended for good."""
 
     status: ClassVar[Literal["terminal"]] = "terminal"
@@ -434,94 +451,3 @@ HOLDS_OUTCOME = ("completing", "terminal")
 PHASE_TRANSITIONS: dict[str, frozenset[str]] = {
     "running": frozenset({"pending", "running", "waiting", "sleeping", "terminal"}),
 }
-
-
-# --- reading the stored forms ----------------------------------------------------------------
-
-_FIELDS: dict[type, frozenset[str]] = {
-    cls: frozenset(
-        ("reason" if cls in WakeReasons else "status", *(f.name for f in dataclasses.fields(cls)))
-    )
-    for cls in (*WakeReasons, *Outcomes, *TaskStates)
-}
-_REQUIRED: dict[type, tuple[str, ...]] = {
-    cls: tuple(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is MISSING and f.default_factory is MISSING
-    )
-    for cls in _FIELDS
-}
-_REQUIRED_SETS = {cls: frozenset(names) for cls, names in _REQUIRED.items()}
-_WAKES: dict[str, type[WakeReason]] = {cls.reason: cls for cls in WakeReasons}
-_OUTCOMES: dict[str, type[Outcome]] = {cls.status: cls for cls in Outcomes}
-_STATES: dict[str, type[TaskState]] = {cls.status: cls for cls in TaskStates}
-
-
-def _read(data: Any, tag: str, kinds: dict[str, Any], what: str) -> tuple[type, dict[str, Any]]:
-    if type(data) is not dict:
-        raise FormError(what, f"must be an object, got {type(data).__name__}")
-    name = data.get(tag)
-    cls = kinds.get(name) if isinstance(name, str) else None
-    if cls is None:
-        raise FormError(tag, f"must be one of {', '.join(kinds)}, got {name!r}")
-    if not data.keys() <= _FIELDS[cls] or not _REQUIRED_SETS[cls] <= data.keys():
-        forms.shape(data, f"a {name} {what}", _FIELDS[cls], _REQUIRED[cls])
-    fields = dict(data)
-    del fields[tag]
-    return cls, fields
-
-
-def wake_from_dict(data: Any) -> WakeReason:
-    """Read a wake reason's stored form (:class:`FormError` if it is not one)."""
-    cls, fields = _read(data, "reason", _WAKES, "wake reason")
-    return cls(**fields)  # type: ignore[no-any-return]
-
-
-def outcome_from_dict(data: Any) -> Outcome:
-    """Read an outcome's stored form (:class:`FormError` if it is not one)."""
-    cls, fields = _read(data, "status", _OUTCOMES, "outcome")
-    return cls(**fields)  # type: ignore[no-any-return]
-
-
-def state_from_dict(data: Any) -> TaskState:
-    """Read a task state's stored form (:class:`FormError`, naming the field, if it is not
-    one)."""
-    cls, fields = _read(data, "status", _STATES, "state")
-    if fields.get("wake") is not None:
-        fields["wake"] = _nested(wake_from_dict, fields["wake"], "wake")
-    if "outcome" in fields:
-        fields["outcome"] = _nested(outcome_from_dict, fields["outcome"], "outcome")
-    if cls is Sleeping and "signals" in fields:
-        fields["signals"] = _keys_from(fields["signals"])
-    return cls(**fields)  # type: ignore[no-any-return]
-
-
-def _nested(read: Any, data: Any, name: str) -> Any:
-    try:
-        return read(data)
-    except FormError as exc:
-        raise exc.within(name) from None
-
-
-_KEY_FIELDS = frozenset(("signal", "key"))
-
-
-def _keys_from(data: Any) -> Any:
-    if not isinstance(data, list):
-        return data  # the state's own check names it
-    keys: list[Any] = []
-    for i, item in enumerate(data):
-        if type(item) is not dict or item.keys() != _KEY_FIELDS:
-            try:
-                forms.shape(item, "a signal key", _KEY_FIELDS, ("signal", "key"))
-            except FormError as exc:
-                raise exc.within(f"signals.{i}") from None
-        signal, key = item["signal"], item["key"]
-        if type(signal) is not str or type(key) is not str:
-            field = "signal" if type(signal) is not str else "key"
-            raise FormError(
-                f"signals.{i}.{field}", f"must be a string, got {type(item[field]).__name__}"
-            )
-        keys.append(SignalKey(signal, key))
-    return tuple(keys)

@@ -30,8 +30,8 @@ from ..engine.state import (
     Sleeping,
     Terminal,
     WakeReason,
-    wake_from_dict,
 )
+from ..engine.state_forms import wake_from_dict
 from ..engine.tasks import TaskDefinition, TaskView, define_task
 from .api import ToolExecutionApi
 from .define import ToolArgumentsError, ToolDefinition
