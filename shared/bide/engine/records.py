@@ -1,6 +1,6 @@
 """The durable record of one task, exactly as stores keep it (JSON).
 
-Plain frozen dataclasses: a record is read on every load of its session and written on every
+Plain dataclasses (slots): a record is read on every load of its session and written on every
 commit of its task, so reading and writing are small explicit functions (:mod:`bide.engine.forms`)
 rather than a validation library. A change is a new record: :meth:`TaskRecord.replace`.
 """
