@@ -160,7 +160,8 @@ class TaskRecord:
     def to_dict(self) -> dict[str, Any]:
         """The stored form as JSON values, fields in their stored order. ``memo_pages`` only
         when set: a record that sealed none is what earlier versions wrote (and read, during a
-        rolling deploy)."""
+        rolling deploy). It shares the record's own containers (memos, input, checkpoint):
+        read it, do not change it."""
         out: dict[str, Any] = {
             "id": self.id,
             "session_id": self.session_id,
