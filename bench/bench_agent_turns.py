@@ -97,12 +97,12 @@ class Counting(StoreWrapper):
 
     def load(self, session_id: str) -> Any:
         snap = self.inner.load(session_id)
-        self._read([r.model_dump(mode="json") for r in snap.tasks.values()])
+        self._read([r.to_dict() for r in snap.tasks.values()])
         return snap
 
     def get_task(self, session_id: str, task_id: str) -> Any:
         record = self.inner.get_task(session_id, task_id)
-        self._read([] if record is None else [record.model_dump(mode="json")])
+        self._read([] if record is None else [record.to_dict()])
         return record
 
     def head(self, session_id: str) -> int:

@@ -117,7 +117,7 @@ async def written(store: Store, session: str, history: int, revs: tuple[int, int
     state = Sleeping(
         checkpoint={"phase": "cycle", "n": history + 1}, signals=(TICK.key(f"k{history}"),)
     )
-    record = start.model_copy(update={"state": state, "rev": revs[0] + revs[1] * history})
+    record = start.replace(state=state, rev=revs[0] + revs[1] * history)
     store.commit(session, store.head(session), [record])
     return task
 

@@ -141,7 +141,7 @@ def napper(probe: Probe):
         if not values and index + 1 < len(rounds):
             await rt.commit(park(rt, index + 1, rounds))
             return
-        wake = task.wake.model_dump() if task.wake else None
+        wake = task.wake.to_dict() if task.wake else None
         result = {"round": index, "values": values, "wake": wake}
         await rt.commit(Terminal(outcome=Completed(result=result)))
 

@@ -61,7 +61,7 @@ def sleeper(name: str = "test.sleeper") -> TaskDefinition:
             values[k] = (
                 state.value.text if isinstance(state, SignalValue) else (state and "expired")
             )
-        wake = task.wake.model_dump() if task.wake else None
+        wake = task.wake.to_dict() if task.wake else None
         await rt.commit(Terminal(outcome=Completed(result={"wake": wake, "values": values})))
 
     return define_task(name, 1, lambda _: "sleep", {"sleep": sleep, "woke": woke})

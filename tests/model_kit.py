@@ -180,7 +180,7 @@ def make_kind(trap: Trap) -> Any:
                 probe = "rejected"
         entry = {
             "step": step,
-            "wake": wake.model_dump(),
+            "wake": wake.to_dict(),
             "reads": reads,
             "probe": probe,
             "memo": memo,

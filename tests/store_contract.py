@@ -318,11 +318,8 @@ class StoreContract(AbsentDocsContract, AtHeadContract):
                 while True:
                     snap = handle.load(sid)
                     counter = snap.tasks["counter"]
-                    bumped = counter.model_copy(
-                        update={
-                            "memos": {"count": counter.memos["count"] + 1},
-                            "rev": counter.rev + 1,
-                        }
+                    bumped = counter.replace(
+                        memos={"count": counter.memos["count"] + 1}, rev=counter.rev + 1
                     )
                     try:
                         seq = handle.commit(sid, snap.seq, [bumped])
@@ -431,24 +428,18 @@ class StoreContract(AbsentDocsContract, AtHeadContract):
                 restarts=2,
                 rev=41,
             ),
-            task("w", sid).model_copy(
-                update={"state": Waiting(checkpoint={"phase": "p"}, on=("a", "b"), policy="any")}
+            task("w", sid).replace(
+                state=Waiting(checkpoint={"phase": "p"}, on=("a", "b"), policy="any")
             ),
-            task("r", sid).model_copy(
-                update={
-                    "state": Running(
-                        checkpoint={"phase": "p"},
-                        wake=WakeSignal(signal="approve", key="k1"),
-                        invocation="inv-1",
-                    )
-                }
+            task("r", sid).replace(
+                state=Running(
+                    checkpoint={"phase": "p"},
+                    wake=WakeSignal(signal="approve", key="k1"),
+                    invocation="inv-1",
+                )
             ),
-            task("c", sid).model_copy(
-                update={"state": Completing(outcome=Failed(error={"why": nested}))}
-            ),
-            task("t", sid).model_copy(
-                update={"state": Terminal(outcome=Aborted(reason="user said ✋"))}
-            ),
+            task("c", sid).replace(state=Completing(outcome=Failed(error={"why": nested}))),
+            task("t", sid).replace(state=Terminal(outcome=Aborted(reason="user said ✋"))),
         ]
         store.commit(sid, 0, records)
         snap = store.load(sid)
@@ -472,7 +463,7 @@ class StoreContract(AbsentDocsContract, AtHeadContract):
         store.commit(sid, 0, [big, task("small", sid)])
         assert store.get_task(sid, "big") == big
         assert store.load(sid).tasks == {"big": big, "small": task("small", sid)}
-        ended = big.model_copy(update={"state": Terminal(outcome=Completed(result=None))})
+        ended = big.replace(state=Terminal(outcome=Completed(result=None)))
         store.commit(sid, 1, [ended])
         assert store.get_task(sid, "big") == ended
         assert set(store.load(sid).tasks) == {"small"}

@@ -261,7 +261,7 @@ def test_a_step_returning_the_token_in_any_encoding_is_refused(encoding):
         await kit.h.open()
         task = await kit.h.create_task(tools.task, tools.call("leak", {}))
         await kit.h.run_until_parked()
-        return json.dumps(kit.h.outcome(task).model_dump(mode="json"))
+        return json.dumps(kit.h.outcome(task).to_dict())
 
     outcome = run(go())
     assert "tokens never enter the history" in outcome

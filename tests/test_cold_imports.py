@@ -57,6 +57,10 @@ NEVER_AT_IMPORT = (
     "constructs",
     "hypothesis",
     "pytest",
+    # The engine's records and states, the settings and the webhook bindings are plain
+    # classes; pydantic comes with the app's tools and signals, on the first call.
+    "pydantic",
+    "pydantic_core",
 )
 # What each function's import leaves out besides: the other functions' routes and loop.
 NOT_ON_PATH = {
@@ -69,15 +73,6 @@ NOT_ON_PATH = {
     ),
     "api": ("bide.service.routes_signal", "bide.service.worker_batch"),
 }
-
-# The modules of the functions' path that still import pydantic when imported: the engine's
-# records, state and signal payloads (their conversion to plain classes is under way, issue 12,
-# goal 7) and, on the worker's, its task kinds (a task's declared input type is checked with
-# pydantic's TypeAdapter). The settings and webhook bindings are plain classes. Once this is
-# empty, "pydantic" joins NEVER_AT_IMPORT and this check goes.
-PYDANTIC_STILL_IMPORTED_BY = frozenset(
-    {"bide.engine.records", "bide.engine.state", "bide.engine.signals", "bide.engine.tasks"}
-)
 
 # argv: the function, its folders, then "import" or "setup" (the first call's setup too: its
 # configuration, with the app, and an HTTP function's resolver).
@@ -173,7 +168,8 @@ def test_the_settings_and_webhooks_on_a_functions_path_do_without_pydantic(funct
     assert importing(["bide.service.api_models", "bide.tools.webhooks"], "pydantic") == {
         "bide.service.api_models"
     }
-    assert importers <= PYDANTIC_STILL_IMPORTED_BY, sorted(importers - PYDANTIC_STILL_IMPORTED_BY)
+    # None does (NEVER_AT_IMPORT says so too; this names the module that brings it back).
+    assert importers == set(), sorted(importers)
 
 
 @pytest.mark.parametrize("function", ["signal", "api"])
@@ -196,3 +192,34 @@ def test_the_public_names_are_imported_on_first_use() -> None:
         assert set(package._EXPORTS) == set(package.__all__), package.__name__
         for name in package.__all__:
             assert getattr(package, name) is not None
+
+
+# The engine's modules on the handlers' path read and write records without pydantic (its
+# import is a large part of a cold start; docs/performance.md, section d): records and states
+# are plain dataclasses, and a signal's or a task input's schema imports pydantic when it is
+# first used. The modules are those the worker's import loads (the widest path).
+ENGINE_PROBE = """
+import json, sys
+sys.path[:0] = sys.argv[1:2]
+for name in json.loads(sys.argv[2]):
+    __import__(name)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_the_engine_on_the_path_imports_no_pydantic() -> None:
+    engine = [m for m in loaded("worker") if m.startswith("bide.engine")]
+    for required in ("bide.engine.records", "bide.engine.state", "bide.engine.signals"):
+        assert required in engine  # the worker's path still holds what this test is about
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", ENGINE_PROBE, str(ROOT / "shared"), json.dumps(engine)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    modules: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert matching(modules, ("pydantic", "pydantic_core")) == []

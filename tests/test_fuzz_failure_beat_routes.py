@@ -144,9 +144,7 @@ class Stage:
                 # looks at the harness's record, not at the one it was built from).
                 record = h._live[self.web.task]
                 running = Running(checkpoint=record.state.checkpoint)  # type: ignore[union-attr]
-                handle = Runtime(
-                    h, record.model_copy(update={"state": running}), "fuzz", aborting=False
-                )
+                handle = Runtime(h, record.replace(state=running), "fuzz", aborting=False)
                 return await handle.read_signal(BLOB, key)
             finally:
                 await h.close()

@@ -77,7 +77,7 @@ def test_crash_while_running_returns_task_to_pending_with_its_wake():
         await rt.commit(Sleeping(checkpoint="work", signals=(ANSWER.key("a"),)))
 
     async def work(task, rt):
-        runs.append(task.wake.model_dump())
+        runs.append(task.wake.to_dict())
         if len(runs) == 1:
             await gate.wait()  # the process dies here
         await rt.commit(Terminal(outcome=Completed(result=len(runs))))

@@ -261,7 +261,7 @@ def test_a_page_is_cached_at_the_size_its_seal_recorded_and_an_older_one_is_meas
         memo_pages.page_key("t-1", 2): {"memos": {"c": 2}, "bytes": True},  # not a count
     }
     sealed = SealedCache(bodies.get, scope=(1, "s1"), pages=cache)
-    record = _record(100.0).model_copy(update={"memo_pages": 3})
+    record = _record(100.0).replace(memo_pages=3)
     assert sealed.find(record, "c") == 2
     assert cache.bytes == 7 + len('{"b":1}') + len('{"c":2}')
 

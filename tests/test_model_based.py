@@ -484,7 +484,7 @@ class EngineMachine(StopsMidPhase, HarnessProcesses, RuleBasedStateMachine):
                 ], where
                 assert state.until == t.until, where
             if isinstance(state, Pending):
-                wake = None if state.wake is None else state.wake.model_dump()
+                wake = None if state.wake is None else state.wake.to_dict()
                 assert wake == t.wake, where
             self.check_slots(t, record, h.list_docs(task_prefix(record.id)), where)
         assert h.wake() == self.model.wake(now), f"wake() {h.wake()}"

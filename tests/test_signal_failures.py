@@ -53,7 +53,7 @@ async def _woke(task, rt):
         seen = {"failed": [state.type, state.message, state.data]}
     else:
         seen = {"value": state.value.text if isinstance(state, SignalValue) else str(state)}
-    wake = task.wake.model_dump() if task.wake else None
+    wake = task.wake.to_dict() if task.wake else None
     await rt.commit(Terminal(outcome=Completed(result={"wake": wake, **seen})))
 
 

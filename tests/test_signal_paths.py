@@ -171,7 +171,7 @@ async def play(case: Case, send: Callable[..., Awaitable[SignalDecision]]) -> tu
     for who, key, value in case.sends:
         decision = await send(k, names.get(who, who), key, value)
         decisions.append((decision.result, decision.errors))
-    stored = {n: k.store.get_task("s1", t).model_dump() for n, t in names.items()}
+    stored = {n: k.store.get_task("s1", t).to_dict() for n, t in names.items()}
     return decisions, stored
 
 

@@ -127,7 +127,7 @@ def test_early_signal_while_running_wakes_the_park_at_once():
     async def execute(args, api):
         state = await api.read_signal(ANSWER, "k")
         if isinstance(state, SignalValue):
-            seen.append(api.wake.model_dump())
+            seen.append(api.wake.to_dict())
             return state.value.text
         await k.h.signal(api.task_id, ANSWER, "k", {"text": "early"})  # before the park
         return Sleep(signals=[ANSWER.key("k")])

@@ -310,7 +310,7 @@ def run_fleet(
             fleet.logs[sid] = state
             if isinstance(state, Terminal):  # a completed script's result holds its log
                 done = state.outcome
-                fleet.logs[sid] = done.result if isinstance(done, Completed) else done.model_dump()
+                fleet.logs[sid] = done.result if isinstance(done, Completed) else done.to_dict()
             fleet.live[sid] = sorted(raw.load(sid).tasks)
         fleet.leftover_wakes = twin.sqs.bodies(twin.queue_url)
         fleet.dead_letters = [parse_dead_letter(b) for b in twin.sqs.bodies(twin.dead_letter_url)]

@@ -185,7 +185,7 @@ def script_app(probe: ScriptProbe) -> App:
                 log.append(["wait", step["key"], "expired" if state == SignalExpired() else None])
         else:
             outcome = await rt.outcome(cp["child"])
-            shown = outcome.model_dump(mode="json") if outcome is not None else None
+            shown = outcome.to_dict() if outcome is not None else None
             if shown is not None and op == "effect":
                 shown = {"status": shown["status"], "result": _effect_text(shown)}
             log.append([op, shown])

@@ -1,9 +1,12 @@
 """Bounds on what Bide stores, so every stored value reads back and no task record grows
 without end. This module is the one place the limits are defined.
 
-Why: stores serialize records with pydantic, whose JSON reader stops at about 200 levels of
-nesting while its writer goes a little further; a value nested between the two is written
-and can never be loaded again, and with it the whole session. And a task record is rewritten
+Why: every JSON reader of the stored forms stops at some depth: pydantic's, which earlier
+versions read records with (and a process of an earlier version still does during a rolling
+deploy), at about 200 levels while its writer went a little further; Python's own (which reads
+them now, :mod:`bide.engine.forms`) at the interpreter's recursion limit. A value nested
+deeper than a reader goes is written and can never be loaded again, and with it the whole
+session. And a task record is rewritten
 on every commit of its task: values piling up on it under distinct keys or stream slots make
 every later commit slower and larger.
 

@@ -101,7 +101,7 @@ def seal(record: TaskRecord) -> tuple[TaskRecord, str, dict[str, Any]] | None:
     kept = {name: value for name, value in memos.items() if name not in page}
     number = record.memo_pages
     body = {"task": record.id, "page": number, "memos": page, "bytes": used}
-    sealed = record.model_copy(update={"memos": kept, "memo_pages": number + 1})
+    sealed = record.replace(memos=kept, memo_pages=number + 1)
     return sealed, page_key(record.id, number), body
 
 

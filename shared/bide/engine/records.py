@@ -1,21 +1,30 @@
-"""The durable record of one task, exactly as stores keep it (JSON)."""
+"""The durable record of one task, exactly as stores keep it (JSON).
+
+Plain dataclasses (slots): a record is read on every load of its session and written on every
+commit of its task, so reading and writing are small explicit functions (:mod:`bide.engine.forms`)
+rather than a validation library. A change is a new record: :meth:`TaskRecord.replace`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from . import forms
+from .forms import FormError
 from .state import TaskState
+from .state_forms import state_from_dict
+
+_SLOT_FIELDS = frozenset(("version", "value", "has_value", "expired", "consumed", "failure"))
 
 
-class SignalSlot(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class SignalSlot:
     """One key's life on a task: a value or a failure (with the token version that wrote it),
     or expired;
     ``consumed`` once it woke the task. A consumed or expired slot leaves the record for a
     document of its own (:mod:`bide.engine.slots`)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     version: int | None = None
     value: Any = None
@@ -26,11 +35,89 @@ class SignalSlot(BaseModel):
     """A failure delivered instead of a value (``{"type", "message", "data"?}``,
     :mod:`bide.engine.failures`); ``has_value`` is then True and ``value`` None."""
 
+    def replace(self, **changes: Any) -> SignalSlot:
+        """A copy with ``changes`` applied (the slot itself never changes)."""
+        return dataclasses.replace(self, **changes)
 
-class TaskRecord(BaseModel):
-    """Everything the engine knows about a task. ``rev`` counts the record's writes."""
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form."""
+        return {
+            "version": self.version,
+            "value": self.value,
+            "has_value": self.has_value,
+            "expired": self.expired,
+            "consumed": self.consumed,
+            "failure": self.failure,
+        }
 
-    model_config = ConfigDict(extra="forbid")
+    @classmethod
+    def from_dict(cls, data: Any) -> SignalSlot:
+        """Read the stored form (:class:`~bide.engine.forms.FormError`, naming the field, if
+        it is not one). Every field may be absent (its default)."""
+        if type(data) is not dict or not data.keys() <= _SLOT_FIELDS:
+            forms.shape(data, "a signal slot", _SLOT_FIELDS)
+        get = data.get
+        version, failure = get("version"), get("failure")
+        # Each check is inline for the common case; the forms function names what is wrong.
+        if version is not None and type(version) is not int:
+            version = forms.integer(version, "version")
+        if failure is not None and type(failure) is not dict:
+            failure = forms.mapping(failure, "failure")
+        has_value, expired, consumed = (
+            get("has_value", False),
+            get("expired", False),
+            get("consumed", False),
+        )
+        if type(has_value) is not bool:
+            forms.flag(has_value, "has_value")
+        if type(expired) is not bool:
+            forms.flag(expired, "expired")
+        if type(consumed) is not bool:
+            forms.flag(consumed, "consumed")
+        return cls(
+            version=version,
+            value=get("value"),
+            has_value=has_value,
+            expired=expired,
+            consumed=consumed,
+            failure=failure,
+        )
+
+
+_RECORD_FIELDS = frozenset(
+    (
+        "id",
+        "session_id",
+        "kind",
+        "version",
+        "input",
+        "owner",
+        "background",
+        "key",
+        "abort_marked",
+        "abort_reason",
+        "memos",
+        "memo_pages",
+        "signals",
+        "streams",
+        "state",
+        "created_at",
+        "restarts",
+        "rev",
+    )
+)
+_ABSENT = object()  # a field the stored form leaves out
+_new = object.__new__
+_RECORD_REQUIRED = frozenset(("id", "session_id", "kind", "version", "state", "created_at"))
+
+
+@dataclass(slots=True, kw_only=True)
+class TaskRecord:
+    """Everything the engine knows about a task. ``rev`` counts the record's writes.
+
+    Built by the engine (its fields are typed, not checked at build); a record read from a
+    store is checked field by field (:meth:`from_json`). The engine never changes a record in
+    place: a change is a new record (:meth:`replace`), so a record handed out stays as read."""
 
     id: str
     session_id: str
@@ -42,13 +129,13 @@ class TaskRecord(BaseModel):
     key: str | None = None
     abort_marked: bool = False
     abort_reason: str | None = None
-    memos: dict[str, Any] = Field(default_factory=dict)
+    memos: dict[str, Any] = field(default_factory=dict)
     """The memos not sealed yet; older ones are in sealed pages (:mod:`bide.engine.memo_pages`)."""
     memo_pages: int = 0
     """How many pages of memos this task sealed (documents ``bide.memo/<task>/<page>``)."""
-    signals: dict[str, SignalSlot] = Field(default_factory=dict)
+    signals: dict[str, SignalSlot] = field(default_factory=dict)
     """Open slots: values not consumed yet, and keys a wake is about to settle."""
-    streams: dict[str, int] = Field(default_factory=dict)
+    streams: dict[str, int] = field(default_factory=dict)
     """Per stream (``<signal>/<prefix>``): every member below this number is taken, so a
     delivery to the stream looks from there (see :func:`~bide.engine.rules.stream_key`)."""
     state: TaskState
@@ -66,12 +153,149 @@ class TaskRecord(BaseModel):
         """True until the task is terminal (completing tasks are still live)."""
         return self.state.status != "terminal"
 
+    def replace(self, **changes: Any) -> TaskRecord:
+        """A copy with ``changes`` applied (the record itself never changes)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form as JSON values, fields in their stored order. ``memo_pages`` only
+        when set: a record that sealed none is what earlier versions wrote (and read, during a
+        rolling deploy). It shares the record's own containers (memos, input, checkpoint):
+        read it, do not change it."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "session_id": self.session_id,
+            "kind": self.kind,
+            "version": self.version,
+            "input": self.input,
+            "owner": self.owner,
+            "background": self.background,
+            "key": self.key,
+            "abort_marked": self.abort_marked,
+            "abort_reason": self.abort_reason,
+            "memos": self.memos,
+        }
+        if self.memo_pages:
+            out["memo_pages"] = self.memo_pages
+        out["signals"] = {name: slot.to_dict() for name, slot in self.signals.items()}
+        out["streams"] = self.streams
+        out["state"] = self.state.to_dict()
+        out["created_at"] = float(self.created_at)
+        out["restarts"] = self.restarts
+        out["rev"] = self.rev
+        return out
+
     def to_json(self) -> str:
-        """The stored form. ``memo_pages`` only when set: a record that sealed none is what
-        earlier versions wrote (and read, during a rolling deploy)."""
-        return self.model_dump_json(exclude={"memo_pages"} if not self.memo_pages else None)
+        """The stored form: compact JSON, byte-identical to what earlier versions wrote for
+        the same record (:func:`~bide.engine.forms.dumps`)."""
+        return forms.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: Any) -> TaskRecord:
+        """Read the stored form. Refuses (:class:`~bide.engine.forms.FormError`, naming the
+        field) an unknown field, a missing required one or a value of the wrong type."""
+        # Read on every load of a session (a thousand at once for a large one): each check is
+        # inline for the stored case, and the forms function, which names what is wrong (or
+        # takes a subclass), runs only when that fails.
+        if (
+            type(data) is not dict
+            or not data.keys() <= _RECORD_FIELDS
+            or not data.keys() >= _RECORD_REQUIRED
+        ):
+            forms.shape(data, "a task record", _RECORD_FIELDS, _RECORD_REQUIRED)
+        get = data.get
+        try:
+            state = state_from_dict(data["state"])
+        except FormError as exc:
+            raise exc.within("state") from None
+        id_, session_id, kind, version = (
+            data["id"],
+            data["session_id"],
+            data["kind"],
+            data["version"],
+        )
+        if type(id_) is not str:
+            id_ = forms.text(id_, "id")
+        if type(session_id) is not str:
+            session_id = forms.text(session_id, "session_id")
+        if type(kind) is not str:
+            kind = forms.text(kind, "kind")
+        if type(version) is not int:
+            version = forms.integer(version, "version")
+        owner, key, abort_reason = get("owner"), get("key"), get("abort_reason")
+        if owner is not None and type(owner) is not str:
+            owner = forms.text(owner, "owner")
+        if key is not None and type(key) is not str:
+            key = forms.text(key, "key")
+        if abort_reason is not None and type(abort_reason) is not str:
+            abort_reason = forms.text(abort_reason, "abort_reason")
+        background, abort_marked = get("background", False), get("abort_marked", False)
+        if type(background) is not bool:
+            forms.flag(background, "background")
+        if type(abort_marked) is not bool:
+            forms.flag(abort_marked, "abort_marked")
+        memos = get("memos", _ABSENT)
+        if type(memos) is not dict:
+            memos = {} if memos is _ABSENT else forms.mapping(memos, "memos")
+        signals = get("signals")
+        signals = _slots(signals) if signals or "signals" in data else {}
+        streams = get("streams")
+        if type(streams) is not dict or streams:
+            streams = _streams(streams) if "streams" in data else {}
+        memo_pages, restarts, rev = get("memo_pages", 0), get("restarts", 0), get("rev", 0)
+        if type(memo_pages) is not int:
+            memo_pages = forms.integer(memo_pages, "memo_pages")
+        if type(restarts) is not int:
+            restarts = forms.integer(restarts, "restarts")
+        if type(rev) is not int:
+            rev = forms.integer(rev, "rev")
+        created_at = data["created_at"]
+        if type(created_at) is not float:
+            created_at = forms.number(created_at, "created_at")
+        # Filled in directly, not through __init__'s keywords: the same fields, read faster.
+        record = _new(cls)
+        record.id = id_
+        record.session_id = session_id
+        record.kind = kind
+        record.version = version
+        record.input = get("input")
+        record.owner = owner
+        record.background = background
+        record.key = key
+        record.abort_marked = abort_marked
+        record.abort_reason = abort_reason
+        record.memos = memos
+        record.memo_pages = memo_pages
+        record.signals = signals
+        record.streams = streams
+        record.state = state
+        record.created_at = created_at
+        record.restarts = restarts
+        record.rev = rev
+        return record
 
     @classmethod
     def from_json(cls, data: str | bytes) -> TaskRecord:
-        """Read the stored form back."""
-        return cls.model_validate_json(data)
+        """Read the stored form back (:meth:`from_dict` of the parsed JSON)."""
+        return cls.from_dict(forms.loads(data))
+
+
+def _slots(data: Any) -> dict[str, SignalSlot]:
+    slots: dict[str, SignalSlot] = {}
+    if type(data) is not dict:
+        forms.mapping(data, "signals")
+    for name, slot in data.items():
+        try:
+            slots[name] = SignalSlot.from_dict(slot)
+        except FormError as exc:
+            raise exc.within(f"signals.{name}") from None
+    return slots
+
+
+def _streams(data: Any) -> dict[str, int]:
+    if type(data) is not dict:
+        forms.mapping(data, "streams")
+    for name, mark in data.items():
+        if type(mark) is not int:
+            forms.integer(mark, f"streams.{name}")
+    return data  # type: ignore[no-any-return]

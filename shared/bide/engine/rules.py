@@ -40,7 +40,7 @@ OutcomeOf = Callable[[str], Outcome | None]
 
 def bump(record: TaskRecord, **changes: Any) -> TaskRecord:
     """A new revision of ``record`` with ``changes`` applied (records are never mutated)."""
-    return record.model_copy(update={**changes, "rev": record.rev + 1})
+    return record.replace(**{**changes, "rev": record.rev + 1})
 
 
 # --- signals ---------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ def refuse_key(
     if deadline_passed_for(record, name, now):
         # The sender is told "closed": make it so for good, even if another listed key wakes
         # the task, so no later delivery to this key can contradict that answer.
-        expired = (slot or SignalSlot()).model_copy(update={"expired": True})
+        expired = (slot or SignalSlot()).replace(expired=True)
         return SignalDecision(
             SignalResult.CLOSED, bump(record, signals={**record.signals, name: expired})
         )
@@ -322,7 +322,7 @@ def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
     for key in state.signals:
         slot = record.signals.get(key.slot)
         if slot is not None and slot.has_value and not slot.consumed:
-            consumed = slot.model_copy(update={"consumed": True})
+            consumed = slot.replace(consumed=True)
             return Wakeup(
                 WakeSignal(signal=key.signal, key=key.key), {**record.signals, key.slot: consumed}
             )
@@ -335,7 +335,7 @@ def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
     for key in state.signals:
         slot = signals.get(key.slot) or SignalSlot()
         if not slot.has_value:
-            signals[key.slot] = slot.model_copy(update={"expired": True})
+            signals[key.slot] = slot.replace(expired=True)
     if state.until is not None and state.until <= now:
         return Wakeup(WakeExpired(), signals)
     assert state.beat_by is not None  # the deadline that passed, since until did not

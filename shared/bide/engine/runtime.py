@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -292,7 +293,7 @@ class Runtime:
             check_sleep(record, new, moved=d.moved_unread(record.id))
             # The heartbeat clock starts when the sleep parks; a phase cannot choose beat_by.
             beat_by = None if new.heartbeat is None else self._h.clock.now() + new.heartbeat
-            new = new.model_copy(update={"beat_by": beat_by})
+            new = dataclasses.replace(new, beat_by=beat_by)
         elif isinstance(new, Waiting):
             check_wait(record, new, d.live(), lambda t: d.find(t) is not None)
         else:  # pragma: no cover - the union is closed
@@ -391,7 +392,7 @@ class _Tx(HostTx):
             return False
         self._d.put_doc(
             slots.doc_key(record.id, key.slot),
-            slots.to_body(key.slot, slot.model_copy(update={"consumed": True})),
+            slots.to_body(key.slot, slot.replace(consumed=True)),
         )
         kept = {name: s for name, s in record.signals.items() if name != key.slot}
         self._d.put(bump(record, signals=kept))

@@ -2,20 +2,27 @@
 
 A :class:`SignalToken` names a kind of signal, versions it and gives it a schema (a pydantic
 model or any type pydantic can validate). ``token.key("done")`` names one wait.
+
+pydantic is imported by the functions that use a schema (:func:`define_signal`, a token's
+``validate`` and ``dump``), not with this module: the engine's own modules, which import this
+one, are on every Lambda function's import path, and pydantic's import is a large part of a cold
+start (docs/performance.md, section d).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
-
-from pydantic import TypeAdapter, ValidationError
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .errors import DefinitionError
 from .failures import SignalFailed
 from .limits import ENVELOPE_DEPTH, ValueRefused
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 T = TypeVar("T")
 
@@ -44,9 +51,10 @@ class SignalKey(Generic[T]):
     signal: str
     key: str
 
-    @property
+    @functools.cached_property
     def slot(self) -> str:
-        """The name this key is stored under on the task."""
+        """The name this key is stored under on the task (computed once: the scheduler reads
+        it for every parked task each time it looks for work)."""
         return slot_name(self.signal, self.key)
 
 
@@ -76,7 +84,9 @@ class SignalToken(Generic[T]):
     version: int
     schema: Any
     migrate: Callable[[Any, int], Any] | None = None
-    _adapter: TypeAdapter[Any] | None = field(repr=False, default=None)
+    # A pydantic TypeAdapter, typed Any here: pydantic is not imported with this module, and
+    # a class's annotations must resolve without it (typing.get_type_hints).
+    _adapter: Any = field(repr=False, default=None)
     envelope: int = 0
     """Levels the schema wraps around a caller's value (see :func:`define_signal`)."""
 
@@ -88,6 +98,8 @@ class SignalToken(Generic[T]):
 
     def validate(self, value: Any) -> T:
         """Check ``value`` against the schema; raises :class:`InvalidSignalValue`."""
+        from pydantic import ValidationError  # on first use (see the module's docstring)
+
         try:
             # The adapter's validator itself: its validate_python() only forwards the
             # defaults, and a replay validates every value it passes.
@@ -109,7 +121,8 @@ class SignalToken(Generic[T]):
     def _require_adapter(self) -> TypeAdapter[Any]:
         if self._adapter is None:
             raise DefinitionError(f"signal {self.name!r}: build tokens with define_signal()")
-        return self._adapter
+        adapter: TypeAdapter[Any] = self._adapter
+        return adapter
 
     def load(self, stored: Any, stored_version: int) -> T:
         """Read a stored value, migrating it from an older version when needed."""
@@ -126,7 +139,8 @@ class SignalToken(Generic[T]):
 class InvalidSignalValue(ValueError):
     """A signal value failed its token's schema. Says which field and why."""
 
-    def __init__(self, signal: str, error: ValidationError) -> None:
+    def __init__(self, signal: str, error: Any) -> None:
+        # ``error``: pydantic's ValidationError (typed Any: pydantic is imported on first use).
         self.signal = signal
         self.errors = [
             {"field": ".".join(str(p) for p in e["loc"]) or "(value)", "message": e["msg"]}
@@ -162,6 +176,8 @@ def define_signal(
         raise DefinitionError(f"signal {name!r}: version must be an integer >= 1")
     if not isinstance(envelope, int) or not 0 <= envelope <= ENVELOPE_DEPTH:
         raise DefinitionError(f"signal {name!r}: envelope must be 0 to {ENVELOPE_DEPTH}")
+    from pydantic import TypeAdapter  # on first use (see the module's docstring)
+
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(schema)
     except Exception as exc:  # pydantic raises several types for unusable schemas

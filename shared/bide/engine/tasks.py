@@ -12,8 +12,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
-
 from .errors import DefinitionError
 from .signals import SignalResult, SignalState, SignalToken
 from .state import Checkpoint, Outcome, TaskState, WakeReason
@@ -118,12 +116,16 @@ class TaskDefinition:
     abort: Phase | None = None
     input_type: Any = None
     rerun: Callable[[Any, bool], bool] | None = None
-    _input_adapter: TypeAdapter[Any] | None = field(default=None, repr=False)
+    # A pydantic TypeAdapter, typed Any: pydantic is imported with the first input_type only,
+    # and a class's annotations must resolve without it (typing.get_type_hints).
+    _input_adapter: Any = field(default=None, repr=False)
 
     def validate_input(self, value: Any) -> Any:
         """Validate the task's input (when the kind declared ``input_type``) into JSON form."""
         if self._input_adapter is None:
             return value
+        from pydantic import ValidationError  # with the first input_type (kinds with one only)
+
         try:
             parsed = self._input_adapter.validate_python(value)
         except ValidationError as exc:
@@ -161,5 +163,11 @@ def define_task(
         raise DefinitionError(f"task {name!r}: version must be an integer >= 1")
     if not phases:
         raise DefinitionError(f"task {name!r}: at least one phase is needed")
-    adapter = TypeAdapter(input_type) if input_type is not None else None
+    adapter = None
+    if input_type is not None:
+        # Imported here: the engine is on every Lambda function's import path, and pydantic's
+        # import is a large part of a cold start (docs/performance.md, section d).
+        from pydantic import TypeAdapter
+
+        adapter = TypeAdapter(input_type)
     return TaskDefinition(name, version, initial, dict(phases), abort, input_type, rerun, adapter)

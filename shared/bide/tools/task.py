@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..engine.errors import DefinitionError, InvalidPark, InvocationEnded
 from ..engine.failures import FailureReceived
@@ -31,6 +31,7 @@ from ..engine.state import (
     Terminal,
     WakeReason,
 )
+from ..engine.state_forms import wake_from_dict
 from ..engine.tasks import TaskDefinition, TaskView, define_task
 from .api import ToolExecutionApi
 from .define import ToolArgumentsError, ToolDefinition
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from .registry import ToolRegistry
 
 TOOL_TASK = "bide.tool"
-_WAKE = TypeAdapter(WakeReason)
 
 
 class ToolCallInput(BaseModel):
@@ -272,7 +272,7 @@ async def _woken(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
         "phase": "execute",
         "arguments": parked["arguments"],
         "replay": parked["replay"],
-        "wake": wake.model_dump(mode="json") if wake is not None else None,
+        "wake": wake.to_dict() if wake is not None else None,
         "checkpoint": parked.get("checkpoint"),
     }
     await rt.commit(Running(checkpoint=intent))
@@ -293,7 +293,7 @@ async def _recover(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
     intent = task.checkpoint
     spec = _input(task)
     tool = registry.get(spec.name)
-    wake = _WAKE.validate_python(intent["wake"]) if intent.get("wake") else None
+    wake = wake_from_dict(intent["wake"]) if intent.get("wake") else None
     if tool is not None and intent["replay"] == "safe" and tool.replay == "safe":
         await _run(
             registry,

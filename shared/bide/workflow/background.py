@@ -191,7 +191,7 @@ def _background_task(kinds: _Kinds) -> TaskDefinition:
         await _run(kinds, task, rt, wake=task.wake, checkpoint=task.checkpoint.get("checkpoint"))
 
     async def parked(task: TaskView, rt: Any) -> None:
-        wake = task.wake.model_dump(mode="json") if task.wake is not None else None
+        wake = task.wake.to_dict() if task.wake is not None else None
         saved = task.checkpoint.get("checkpoint")
         intent = {"phase": "execute", "wake": wake, "checkpoint": saved}
         await rt.commit(Running(checkpoint=intent))
