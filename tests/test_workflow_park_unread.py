@@ -62,12 +62,12 @@ async def expired(args, ctx):
     return first + middle + late + last
 
 
-async def _go(body, first_key: str | None, cold: bool) -> tuple[str, int, int]:
+async def _go(body, first_key: str | None, cold: bool, inner=None) -> tuple[str, int, int]:
     """Run ``body`` to its wait on "c" (answering ``first_key``, or letting its wait's deadline
     pass, then "b", the worker reopened before the run that takes "b" when ``cold``), then
     answer "c": the result, and the refused commits and document reads of the run that
-    took "b"."""
-    store = Counting(SQLiteStore())
+    took "b". On ``inner`` (a store), else on SQLite."""
+    store = Counting(inner or SQLiteStore())
     t = await Tools(define_workflow_tool("w", "", Note, body), store=store).start()
     call = await t.call("w", {})
     await t.h.run_until_parked()
@@ -129,3 +129,19 @@ def test_a_background_body_runs_again_when_its_park_is_refused():
         return done.status, done.result
 
     assert run(go()) == ("completed", "ABAC")
+
+
+def test_a_park_refused_for_another_reason_is_refused_once_more_then_settled():
+    async def body(args, ctx):
+        return (await ctx.wait_for(ANSWER, "s.*", timeout=HOUR)).text  # a stream's key
+
+    async def go():
+        store = Counting(SQLiteStore())
+        t = await Tools(define_workflow_tool("w", "", Note, body), store=store).start()
+        call = await t.call("w", {})
+        await t.h.run_until_parked()
+        return t.status(call), t.result(call)
+
+    status, result = run(go())
+    assert status == "terminal" and result.is_error
+    assert "names a stream" in result.text
