@@ -177,15 +177,22 @@ class Runtime:
         require_json(value, f"memo {name!r}")
         return self._staged.setdefault(name, value)
 
-    async def read_signal(self, token: SignalToken[T], key: str) -> SignalState[T] | None:
+    async def read_signal(
+        self, token: SignalToken[T], key: str, *, read: bool = True
+    ) -> SignalState[T] | None:
         """The key's value, failure (:class:`SignalFailed`), expired, or None: from the record
         in memory, or for a consumed or expired key from its document (cached once read or
-        written by this harness)."""
+        written by this harness). With ``read=False`` a document this harness does not know
+        is not read and the key found None: for a caller that parks on the key when it finds
+        None, since the park's commit requires that document absent (no request of its own)
+        and is refused with :class:`~bide.engine.errors.InvalidPark` once it proves there."""
         record = self._h._live.get(self._task_id)
         if record is None:
             return None
         name = slot_name(token.name, key)
-        slot = record.signals.get(name) or slots.lookup(self._h.get_doc, self._task_id)(name)
+        slot = record.signals.get(name)
+        if slot is None and (read or slots.doc_key(self._task_id, name) in self._h._docs):
+            slot = slots.lookup(self._h.get_doc, self._task_id)(name)
         if slot is None:
             return None
         if slot.failure is not None:

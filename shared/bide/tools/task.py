@@ -15,6 +15,7 @@ Checkpoints (design 001 ch. V):
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -199,8 +200,10 @@ async def _run(
     *,
     wake: WakeReason | None,
     checkpoint: Any,
+    refused: Sleep | Wait | None = None,
 ) -> None:
-    """Run ``execute()`` once (intent is already committed) and store what it returned."""
+    """Run ``execute()`` once (intent is already committed) and store what it returned.
+    ``refused``: the park a workflow body returned last, which its commit refused."""
     call = ToolCall(tool.name, arguments, task.id, _input(task).call_id)
     api = ToolExecutionApi(rt, registry, wake=wake, checkpoint=checkpoint)
     try:
@@ -219,7 +222,26 @@ async def _run(
         await _settle(registry, task, rt, call, result)
         return
     if isinstance(returned, Sleep | Wait):
-        await _park(registry, task, rt, tool, call, arguments, replay, returned)
+        park = returned
+
+        async def again() -> None:
+            await _run(
+                registry,
+                task,
+                rt,
+                tool,
+                arguments,
+                replay,
+                wake=wake,
+                checkpoint=checkpoint,
+                refused=park,
+            )
+
+        # A workflow body's wait leaves the key it parks on unread (the park requires its
+        # document absent): refused because it is there, the body runs again knowing it. An
+        # identical park again learnt nothing: its refusal is final.
+        rerun = again if tool.shape.suspend == "workflow" and park != refused else None
+        await _park(registry, task, rt, tool, call, arguments, replay, park, rerun)
         return
     result = ToolResult.of_text(returned) if isinstance(returned, str) else returned
     if not isinstance(result, ToolResult):
@@ -237,6 +259,7 @@ async def _park(
     arguments: dict[str, Any],
     replay: str,
     park: Sleep | Wait,
+    rerun: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     checkpoint = {
         "phase": "parked",
@@ -244,18 +267,23 @@ async def _park(
         "replay": replay,
         "checkpoint": park.checkpoint,
     }
+    refusal: Exception | None = None
     try:
         await rt.commit(park_state(park, checkpoint))
     except (InvalidPark, ValidationError) as exc:
-        await _settle(
-            registry, task, rt, call, ToolResult.error(ToolErrorCode.INVALID_PARK, str(exc))
-        )
+        refusal = exc
     except InvocationEnded:
         if rt.aborted:
             # The call was abort-marked before its park was stored: the external work it
             # started may be live, and nothing else will ever clean it up.
             await _cancel(registry, tool, arguments, rt, park.checkpoint)
         raise
+    if isinstance(refusal, InvalidPark) and rerun is not None:
+        await rerun()  # nothing was written: the body decides again
+    elif refusal is not None:
+        await _settle(
+            registry, task, rt, call, ToolResult.error(ToolErrorCode.INVALID_PARK, str(refusal))
+        )
 
 
 async def _woken(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:

@@ -280,6 +280,15 @@ async def _run(kinds: _Kinds, task: TaskView, rt: Runtime, *, wake: Any, checkpo
     host = _host(kinds, task, rt, tool)
     if tool.shape.suspend == "workflow":
         outcome = await run_body(host, tool.body, args, with_task=True)
+        refused: Sleep | Wait | None = None
+        while isinstance(outcome, Parked) and outcome.park != refused:
+            if await _park(kinds, task, rt, outcome.park, final=False):
+                return
+            # A wait leaves the key it parks on unread (the park requires its document
+            # absent): refused because it is there, the body runs again knowing it. An
+            # identical park again learnt nothing: its refusal is final.
+            refused = outcome.park
+            outcome = await run_body(host, tool.body, args, with_task=True)
         if isinstance(outcome, Parked):
             await _park(kinds, task, rt, outcome.park)
         elif isinstance(outcome, Finished):
@@ -303,12 +312,19 @@ async def _run(kinds: _Kinds, task: TaskView, rt: Runtime, *, wake: Any, checkpo
         await _end(kinds, task, rt, "completed", result=_payload(returned))
 
 
-async def _park(kinds: _Kinds, task: TaskView, rt: Runtime, park: Sleep | Wait) -> None:
+async def _park(
+    kinds: _Kinds, task: TaskView, rt: Runtime, park: Sleep | Wait, *, final: bool = True
+) -> bool:
+    """Commit the park; when refused as invalid, end the task failed (``final``) or, not
+    ``final``, leave it as it was. Whether the park was committed."""
     checkpoint = {"phase": "parked", "checkpoint": park.checkpoint}
     try:
         await rt.commit(park_state(park, checkpoint))
     except (InvalidPark, ValidationError) as exc:
+        if not final and isinstance(exc, InvalidPark):
+            return False
         await _end(kinds, task, rt, "failed", error=f"invalid park: {exc}")
+    return True
 
 
 def _payload(value: Any) -> Any:

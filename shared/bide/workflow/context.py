@@ -446,7 +446,7 @@ class WorkflowContext:
                 if record is None and op.waits:
                     record = await self._begin(op)
                 record = record or op.record()
-                outcome = await op.poll(record)
+                outcome = await op.poll_parking(record)
                 if not isinstance(outcome, Pending):
                     return op.decode(unshared(await self._resolve(op, record, outcome)))
                 if self._cancelling:

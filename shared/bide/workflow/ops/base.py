@@ -134,6 +134,12 @@ class Op(Generic[T]):
         """Whether the operation is resolved now."""
         raise NotImplementedError
 
+    async def poll_parking(self, record: dict[str, Any]) -> Outcome:
+        """:meth:`poll` for the operation the body awaits itself (not a race's member): its
+        Pending is the park's, so it may leave a key the park's commit checks unread (that
+        commit requires the key's document absent; a refused park runs the body again)."""
+        return await self.poll(record)
+
     def decode(self, stored: dict[str, Any]) -> T:
         """The value a recorded resolution stands for (or the error it raises)."""
         return stored.get("v")  # type: ignore[return-value]

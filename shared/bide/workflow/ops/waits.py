@@ -109,8 +109,20 @@ class WaitForOp(Op[T]):
         return {"until": until} if self.heartbeat is None else {"until": until, "beat": True}
 
     async def poll(self, record: dict[str, Any]) -> Outcome:
+        return await self._poll(record, read=True)
+
+    async def poll_parking(self, record: dict[str, Any]) -> Outcome:
+        # The key's document (a consumed or expired slot) is read only when finding nothing
+        # would not park (a deadline passed): a park requires it absent instead, no GetItem,
+        # and is refused when it is there (the body then runs again, the document known).
+        outcome = await self._poll(record, read=False)
+        if isinstance(outcome, Pending):
+            return outcome
+        return await self._poll(record, read=True)  # a request only if it found nothing
+
+    async def _poll(self, record: dict[str, Any], *, read: bool) -> Outcome:
         rt = self._ctx._rt
-        state = await rt.read_signal(self._token, self._key)
+        state = await rt.read_signal(self._token, self._key, read=read)
         if isinstance(state, SignalValue):
             return Ready(self._token.dump(state.value))
         if isinstance(state, SignalFailed):  # the sender said it failed: the body gets it
