@@ -182,3 +182,25 @@ def test_a_class_whose_slots_and_fields_disagree_is_refused():
 
             def __init__(self, *, a: int, b: int = 0) -> None:
                 object.__setattr__(self, "a", a)
+
+
+def test_settings_behave_as_their_frozen_keyword_only_dataclass_did():
+    from bide.service.config import Settings
+
+    base = {"app": "a:b", "table": "t", "bucket": "b", "queue_url": "q"}
+    settings = Settings(**base)
+    assert settings == Settings(**base) and hash(settings) == hash(Settings(**base))
+    assert settings != Settings(**{**base, "tracing": True})
+    assert dataclasses.replace(settings, table="u").table == "u"
+    assert repr(settings).startswith("Settings(app='a:b', table='t', bucket='b', queue_url='q',")
+    assert (settings.safety_margin_ms, settings.webhook_base_url, settings.tracing) == (
+        20_000,
+        "",
+        False,
+    )
+    with pytest.raises(TypeError):
+        Settings("a:b", "t", "b", "q")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Settings(app="a:b", table="t", bucket="b")  # type: ignore[call-arg]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del settings.app

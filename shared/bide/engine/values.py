@@ -26,7 +26,8 @@ _FIELD_MARK = getattr(dataclasses, "_FIELD")  # noqa: B009 - a private name, rea
 
 
 class FrozenValue:
-    """Equality, hash, immutability and pickling over the class's ``__slots__``."""
+    """Equality, hash, immutability, pickling and a dataclass's repr over the class's
+    fields (its ``__slots__``)."""
 
     __slots__ = ()
     __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]] = {}
@@ -40,6 +41,10 @@ class FrozenValue:
 
     def __hash__(self) -> int:
         return hash(tuple(getattr(self, n) for n in self._names))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._names)
+        return f"{type(self).__qualname__}({fields})"
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
