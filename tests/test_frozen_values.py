@@ -204,3 +204,26 @@ def test_settings_behave_as_their_frozen_keyword_only_dataclass_did():
         Settings(app="a:b", table="t", bucket="b")  # type: ignore[call-arg]
     with pytest.raises(dataclasses.FrozenInstanceError):
         del settings.app
+
+
+def test_failures_behave_as_their_frozen_positional_dataclasses_did():
+    from bide.engine.failures import SignalFailed, SignalFailure
+
+    for cls in (SignalFailure, SignalFailed):
+        failure = cls("T", "m", {"n": 1})
+        assert failure == cls("T", "m", {"n": 1}) == cls(type="T", message="m", data={"n": 1})
+        assert failure != cls("T", "m", {"n": 2}) and cls("T", "m") != cls("U", "m")
+        assert cls("T", "m").data is None and hash(cls("T", "m")) == hash(cls("T", "m"))
+        assert hash(cls("T", "m")) != hash(cls("T", "n"))
+        assert repr(failure) == f"{cls.__name__}(type='T', message='m', data={{'n': 1}})"
+        assert cls.__match_args__ == ("type", "message", "data")
+        match failure:
+            case cls(kind, text, data):  # type: ignore[misc]
+                assert (kind, text, data) == ("T", "m", {"n": 1})
+        assert pickle.loads(pickle.dumps(failure)) == failure
+        assert dataclasses.replace(failure, message="x") == cls("T", "x", {"n": 1})
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            failure.message = "x"  # type: ignore[misc]
+        with pytest.raises(TypeError):
+            cls("T")  # type: ignore[call-arg]
+    assert SignalFailure("T", "m") != SignalFailed("T", "m")

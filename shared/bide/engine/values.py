@@ -6,7 +6,7 @@ of the same class with equal fields, hashed by their fields, assignment and dele
 :func:`dataclasses.replace` still work on them. Why not ``@dataclass``: it compiles generated
 source for each class when the module is imported (about half a millisecond per frozen class),
 and these classes sit on every Lambda function's cold import path. Here the methods are
-written once, generically over ``__slots__``; each class writes its own keyword-only
+written once, generically over ``__slots__``; each class writes its own
 ``__init__`` (setting fields with ``object.__setattr__``) and is decorated with
 :func:`frozen_value`, which records the field table from ``__slots__`` and the ``__init__``
 defaults.
@@ -64,22 +64,30 @@ def frozen_value(cls: type[_V]) -> type[_V]:
     """Record ``cls``'s fields where the base class and :mod:`dataclasses` read them: its
     annotated attributes other than ``ClassVar``, in the order written (as a dataclass's
     are: the repr and :func:`dataclasses.fields` follow it), with the defaults of its
-    keyword-only ``__init__``. They must be exactly the class's own ``__slots__``."""
+    ``__init__`` (positional fields are also its ``__match_args__``). They must be exactly
+    the class's own ``__slots__``."""
     annotations = inspect.get_annotations(cls)
     names = tuple(n for n, t in annotations.items() if not _is_class_var(t))
     if set(names) != set(cls.__dict__["__slots__"]):
         raise TypeError(f"{cls.__name__}.__slots__ must list its fields {names}")
-    defaults = getattr(cls.__init__, "__kwdefaults__", None) or {}
+    init = cls.__init__
+    code = getattr(init, "__code__", None)  # None: object's own, for a class without fields
+    positional = () if code is None else code.co_varnames[1 : code.co_argcount]
+    given = getattr(init, "__defaults__", None) or ()
+    defaults = dict(zip(positional[len(positional) - len(given) :], given, strict=True))
+    defaults.update(getattr(init, "__kwdefaults__", None) or {})
     table: dict[str, dataclasses.Field[Any]] = {}
     for name in names:
         field: dataclasses.Field[Any] = dataclasses.field(
-            default=defaults.get(name, dataclasses.MISSING), kw_only=True
+            default=defaults.get(name, dataclasses.MISSING), kw_only=name not in positional
         )
         field.name, field.type = name, annotations[name]
         field._field_type = _FIELD_MARK  # type: ignore[attr-defined]
         table[name] = field
     cls.__dataclass_fields__ = table
     cls._names = names
+    # As a dataclass's: the positional fields, for `case Cls(a, b)`.
+    cls.__match_args__ = tuple(n for n in positional if n in table)  # type: ignore[attr-defined,misc]
     return cls
 
 
