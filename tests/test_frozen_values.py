@@ -227,3 +227,26 @@ def test_failures_behave_as_their_frozen_positional_dataclasses_did():
         with pytest.raises(TypeError):
             cls("T")  # type: ignore[call-arg]
     assert SignalFailure("T", "m") != SignalFailed("T", "m")
+
+
+def test_webhook_values_behave_as_their_frozen_positional_dataclasses_did():
+    from bide.tools.webhooks import InvalidBinding, TokenParts, Webhook, WebhookBinding
+
+    binding = WebhookBinding("s", "t", "sig", "k", "n")
+    assert binding == WebhookBinding(session_id="s", task_id="t", signal="sig", key="k", nonce="n")
+    assert (binding.hmac_secret, binding.window_seconds) == (None, 300)
+    assert binding != dataclasses.replace(binding, hmac_secret="x")
+    assert hash(binding) == hash(WebhookBinding("s", "t", "sig", "k", "n"))
+    assert repr(binding).startswith("WebhookBinding(session_id='s', task_id='t', signal='sig',")
+    with pytest.raises(InvalidBinding, match="window_seconds"):
+        dataclasses.replace(binding, window_seconds=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        binding.nonce = "m"  # type: ignore[misc]
+    assert Webhook("u", "tok") == Webhook(url="u", token="tok") != Webhook("u", "other")
+    assert repr(Webhook("u", "tok")) == "Webhook(url='u', token='tok')"
+    parts = TokenParts("s", None, "n", "m")
+    assert parts == TokenParts("s", None, "n", "m") != TokenParts("s", "t", "n", "m")
+    assert TokenParts.__match_args__ == ("session_id", "task_id", "nonce", "mac")
+    assert pickle.loads(pickle.dumps(parts)) == parts
+    with pytest.raises(TypeError):
+        TokenParts("s", None, "n")  # type: ignore[call-arg]
