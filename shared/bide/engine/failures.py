@@ -15,11 +15,11 @@ their body, and a tool or workflow body that lets it escape ends its call *faile
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from .errors import BideError
 from .limits import MAX_JSON_DEPTH, value_depth
+from .values import FrozenValue, frozen_value
 
 MAX_FAILURE_TYPE = 128
 """Characters a failure's ``type`` may have: a short name (``"BuildFailed"``), not a text."""
@@ -29,19 +29,30 @@ MAX_FAILURE_MESSAGE = 16 * 1024
 
 FAILURE_FIELDS = frozenset({"type", "message", "data"})
 
+_set = object.__setattr__  # building a frozen value
 
-@dataclass(frozen=True)
-class SignalFailure:
+
+@frozen_value
+class SignalFailure(FrozenValue):
     """A failure delivered to a key instead of a value: pass it where a value goes.
 
     ``type`` is a short non-empty name (at most :data:`MAX_FAILURE_TYPE` characters),
     ``message`` a text for people (at most :data:`MAX_FAILURE_MESSAGE`), ``data`` optional
     JSON under the value limits. Building one checks nothing: delivery does (a malformed one
-    is answered ``invalid`` with the field and why, nothing stored)."""
+    is answered ``invalid`` with the field and why, nothing stored).
 
+    Frozen, compared by its fields (a frozen dataclass's behaviour, without its import cost:
+    :mod:`bide.engine.values`)."""
+
+    __slots__ = ("data", "message", "type")
     type: str
     message: str
-    data: Any = None
+    data: Any
+
+    def __init__(self, type: str, message: str, data: Any = None) -> None:
+        _set(self, "type", type)
+        _set(self, "message", message)
+        _set(self, "data", data)
 
     def to_json(self) -> dict[str, Any]:
         """The stored form (``data`` left out when None)."""
@@ -51,13 +62,19 @@ class SignalFailure:
         return out
 
 
-@dataclass(frozen=True)
-class SignalFailed:
+@frozen_value
+class SignalFailed(FrozenValue):
     """A key's state once a failure arrived (what ``read_signal`` returns)."""
 
+    __slots__ = ("data", "message", "type")
     type: str
     message: str
-    data: Any = None
+    data: Any
+
+    def __init__(self, type: str, message: str, data: Any = None) -> None:
+        _set(self, "type", type)
+        _set(self, "message", message)
+        _set(self, "data", data)
 
     def error(self) -> FailureReceived:
         """The exception that stands for this failure: ``raise state.error()``."""

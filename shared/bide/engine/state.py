@@ -1,6 +1,7 @@
 """Task states, wake reasons and outcomes, as data.
 
-Every value here is a frozen dataclass (keyword arguments only, slots): equal when its fields
+Every value here is frozen (keyword arguments only, slots; :mod:`bide.engine.values` says why
+these are not ``@dataclass`` classes, which they behave as): equal when its fields
 are, hashable when they are, immutable. Its stored JSON form is :meth:`to_dict`; the
 ``*_from_dict`` functions of :mod:`bide.engine.state_forms` read one back strictly
 (:class:`~bide.engine.forms.FormError` for an unknown field, a missing one or a wrong type,
@@ -11,23 +12,22 @@ in one place.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from . import forms
 from .forms import FormError
 from .signals import SignalKey
+from .values import FrozenValue, frozen_value
 
 JsonValue = Any
 Checkpoint = dict[str, Any]
 
 
-_set = object.__setattr__  # a frozen dataclass's own normalizing, at build
+_set = object.__setattr__  # a frozen value's own normalizing, at build
 
 
-class _Value:
+class _Value(FrozenValue):
     """What every state, wake reason and outcome shares: its repr names its tag first, as
     the models of earlier versions printed it (``WakeExpired(reason='expired')``,
     ``Completed(status='completed', result=1)``), so logs and printed values read the same."""
@@ -37,20 +37,20 @@ class _Value:
     def __repr__(self) -> str:
         cls = type(self)
         tag = "status" if isinstance(getattr(cls, "status", None), str) else "reason"
-        fields = dataclasses.fields(self)  # type: ignore[arg-type]
         parts = [f"{tag}={getattr(cls, tag)!r}"]
-        parts += [f"{f.name}={getattr(self, f.name)!r}" for f in fields]
+        parts += [f"{name}={getattr(self, name)!r}" for name in self._names]
         return f"{cls.__name__}({', '.join(parts)})"
 
 
 # --- why parked work runs again -------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class WakeTime(_Value):
     """``until`` was reached by a sleep that listed no signals, or by one with
     ``expire_on_deadline=False`` (its keys stay open)."""
 
+    __slots__ = ()
     reason: ClassVar[Literal["time"]] = "time"
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,10 +58,11 @@ class WakeTime(_Value):
         return {"reason": "time"}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class WakeExpired(_Value):
     """``until`` was reached before any listed signal arrived; the open keys are now expired."""
 
+    __slots__ = ()
     reason: ClassVar[Literal["expired"]] = "expired"
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,49 +70,52 @@ class WakeExpired(_Value):
         return {"reason": "expired"}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class WakeHeartbeat(_Value):
     """A sleep with a ``heartbeat`` got no beat by ``missed_at`` (its ``beat_by``), before
     ``until`` and before any listed signal: the open keys are now expired, as for
     :class:`WakeExpired`."""
 
+    __slots__ = ("missed_at",)
     reason: ClassVar[Literal["heartbeat"]] = "heartbeat"
     missed_at: float
 
-    def __post_init__(self) -> None:
-        _set(self, "missed_at", forms.number(self.missed_at, "missed_at"))
+    def __init__(self, *, missed_at: float) -> None:
+        _set(self, "missed_at", forms.number(missed_at, "missed_at"))
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form."""
         return {"reason": "heartbeat", "missed_at": self.missed_at}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class WakeSignal(_Value):
     """The named key holds a value (read it with ``read_signal``); the key is now consumed."""
 
+    __slots__ = ("key", "signal")
     reason: ClassVar[Literal["signal"]] = "signal"
     signal: str
     key: str
 
-    def __post_init__(self) -> None:
-        _set(self, "signal", forms.text(self.signal, "signal"))
-        _set(self, "key", forms.text(self.key, "key"))
+    def __init__(self, *, signal: str, key: str) -> None:
+        _set(self, "signal", forms.text(signal, "signal"))
+        _set(self, "key", forms.text(key, "key"))
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form."""
         return {"reason": "signal", "signal": self.signal, "key": self.key}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class WakeTasks(_Value):
     """Tasks waited on ended; ``ended`` lists every member that is terminal at the wake."""
 
+    __slots__ = ("ended",)
     reason: ClassVar[Literal["tasks"]] = "tasks"
     ended: tuple[str, ...]
 
-    def __post_init__(self) -> None:
-        _set(self, "ended", forms.names(self.ended, "ended"))
+    def __init__(self, *, ended: Sequence[str]) -> None:
+        _set(self, "ended", forms.names(ended, "ended"))
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form."""
@@ -124,70 +128,82 @@ WakeReason = WakeTime | WakeExpired | WakeHeartbeat | WakeSignal | WakeTasks
 # --- outcomes --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class Completed(_Value):
     """The task finished with a result."""
 
+    __slots__ = ("result",)
     status: ClassVar[Literal["completed"]] = "completed"
-    result: JsonValue = None
+    result: JsonValue
+
+    def __init__(self, *, result: JsonValue = None) -> None:
+        _set(self, "result", result)
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form."""
         return {"status": "completed", "result": self.result}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class Failed(_Value):
     """The task's own logic decided it failed."""
 
+    __slots__ = ("error",)
     status: ClassVar[Literal["failed"]] = "failed"
-    error: JsonValue = None
+    error: JsonValue
+
+    def __init__(self, *, error: JsonValue = None) -> None:
+        _set(self, "error", error)
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form."""
         return {"status": "failed", "error": self.error}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class Aborted(_Value):
     """The task was aborted and its abort handler ended it (``result``: what it reported)."""
 
+    __slots__ = ("reason", "result")
     status: ClassVar[Literal["aborted"]] = "aborted"
-    reason: str | None = None
-    result: JsonValue = None
+    reason: str | None
+    result: JsonValue
 
-    def __post_init__(self) -> None:
-        _set(self, "reason", forms.maybe_text(self.reason, "reason"))
+    def __init__(self, *, reason: str | None = None, result: JsonValue = None) -> None:
+        _set(self, "reason", forms.maybe_text(reason, "reason"))
+        _set(self, "result", result)
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form."""
         return {"status": "aborted", "reason": self.reason, "result": self.result}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class Orphaned(_Value):
     """No definition could run the task (unknown kind or version)."""
 
+    __slots__ = ("reason",)
     status: ClassVar[Literal["orphaned"]] = "orphaned"
     reason: str
 
-    def __post_init__(self) -> None:
-        _set(self, "reason", forms.text(self.reason, "reason"))
+    def __init__(self, *, reason: str) -> None:
+        _set(self, "reason", forms.text(reason, "reason"))
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form."""
         return {"status": "orphaned", "reason": self.reason}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class Faulted(_Value):
     """The engine ended the task: an uncaught error, no durable progress, or a restart limit."""
 
+    __slots__ = ("error",)
     status: ClassVar[Literal["faulted"]] = "faulted"
     error: str
 
-    def __post_init__(self) -> None:
-        _set(self, "error", forms.text(self.error, "error"))
+    def __init__(self, *, error: str) -> None:
+        _set(self, "error", forms.text(error, "error"))
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form."""
@@ -220,13 +236,14 @@ def _wake(value: Any) -> WakeReason | None:
     raise FormError("wake", f"must be a wake reason or None, got {type(value).__name__}")
 
 
-@dataclass(frozen=True, slots=True, init=False, repr=False)
+@frozen_value
 class Pending(_Value):
     """Runnable: the scheduler will run the checkpoint's phase."""
 
+    __slots__ = ("checkpoint", "wake")
     status: ClassVar[Literal["pending"]] = "pending"
     checkpoint: Checkpoint
-    wake: WakeReason | None = None
+    wake: WakeReason | None
 
     def __init__(self, *, checkpoint: Checkpoint | str, wake: WakeReason | None = None) -> None:
         _set(self, "checkpoint", _checkpoint(checkpoint))
@@ -238,17 +255,18 @@ class Pending(_Value):
         return {"status": "pending", "checkpoint": self.checkpoint, "wake": wake}
 
 
-@dataclass(frozen=True, slots=True, init=False, repr=False)
+@frozen_value
 class Running(_Value):
     """An invocation holds the task. ``invocation`` names the holder (set by the engine);
     ``lease_until`` (a clock time, or None without a lease) is when another harness may
     take the task over as abandoned: until then it is presumed running elsewhere."""
 
+    __slots__ = ("checkpoint", "invocation", "lease_until", "wake")
     status: ClassVar[Literal["running"]] = "running"
     checkpoint: Checkpoint
-    wake: WakeReason | None = None
-    invocation: str | None = None
-    lease_until: float | None = None
+    wake: WakeReason | None
+    invocation: str | None
+    lease_until: float | None
 
     def __init__(
         self,
@@ -277,15 +295,16 @@ class Running(_Value):
 _POLICIES = ("fail_fast", "all_settled", "any")
 
 
-@dataclass(frozen=True, slots=True, init=False, repr=False)
+@frozen_value
 class Waiting(_Value):
     """Parked until tasks end: all of them (``all_settled``), all or the first failure
     (``fail_fast``), or the first of them (``any``)."""
 
+    __slots__ = ("checkpoint", "on", "policy")
     status: ClassVar[Literal["waiting"]] = "waiting"
     checkpoint: Checkpoint
     on: tuple[str, ...]
-    policy: Literal["fail_fast", "all_settled", "any"] = "all_settled"
+    policy: Literal["fail_fast", "all_settled", "any"]
 
     def __init__(
         self,
@@ -323,7 +342,7 @@ def _signal_keys(value: Any) -> tuple[SignalKey[Any], ...]:
     return tuple(value)
 
 
-@dataclass(frozen=True, slots=True, init=False, repr=False)
+@frozen_value
 class Sleeping(_Value):
     """Parked until a time, the first listed key that holds a value, or whichever comes first.
 
@@ -338,13 +357,14 @@ class Sleeping(_Value):
     delivered (and read by a later wait on the key); used by workflow races, whose losers stay
     usable."""
 
+    __slots__ = ("beat_by", "checkpoint", "expire_on_deadline", "heartbeat", "signals", "until")
     status: ClassVar[Literal["sleeping"]] = "sleeping"
     checkpoint: Checkpoint
-    until: float | None = None
-    signals: tuple[SignalKey[Any], ...] = ()
-    heartbeat: float | None = None
-    beat_by: float | None = None
-    expire_on_deadline: bool = True
+    until: float | None
+    signals: tuple[SignalKey[Any], ...]
+    heartbeat: float | None
+    beat_by: float | None
+    expire_on_deadline: bool
 
     def __init__(
         self,
@@ -403,30 +423,34 @@ def _outcome(value: Any) -> None:
         raise FormError("outcome", f"must be an outcome, got {type(value).__name__}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class Completing(_Value):
     """Finished, holding its outcome, while work it owns is still live."""
 
+    __slots__ = ("outcome",)
     status: ClassVar[Literal["completing"]] = "completing"
     outcome: Outcome
 
-    def __post_init__(self) -> None:
-        _outcome(self.outcome)
+    def __init__(self, *, outcome: Outcome) -> None:
+        _outcome(outcome)
+        _set(self, "outcome", outcome)
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form."""
         return {"status": "completing", "outcome": self.outcome.to_dict()}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+@frozen_value
 class Terminal(_Value):
     """Ended for good."""
 
+    __slots__ = ("outcome",)
     status: ClassVar[Literal["terminal"]] = "terminal"
     outcome: Outcome
 
-    def __post_init__(self) -> None:
-        _outcome(self.outcome)
+    def __init__(self, *, outcome: Outcome) -> None:
+        _outcome(outcome)
+        _set(self, "outcome", outcome)
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form."""

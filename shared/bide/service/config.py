@@ -40,6 +40,7 @@ from ..constants import (
     ENV_WEBHOOK_KEY_SECRET,
 )
 from ..engine.errors import BideError
+from ..engine.values import FrozenValue, frozen_value
 from .deps import Deps
 from .owners import parse_admins
 
@@ -153,32 +154,92 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 _SHOWN = 80  # characters of a refused value quoted in a message
 
 
+_set = object.__setattr__  # the one place a frozen Settings is written
+
+
 class ConfigError(BideError):
     """The function's environment is incomplete or invalid; the message names each variable
     and says why. Fix the deployment: retrying cannot help."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class Settings:
+@frozen_value
+class Settings(FrozenValue):
     """What a function reads from its environment: built by :func:`settings_from_env`, which
-    checks every value (each field's variable and checks are in ``_RULES``)."""
+    checks every value (each field's variable and checks are in ``_RULES``). Frozen, keyword
+    arguments only; not a ``@dataclass``, whose build is a cold-start cost
+    (:mod:`bide.engine.values`)."""
 
+    __slots__ = (
+        "admin_principals",
+        "app",
+        "bucket",
+        "dead_letter_url",
+        "max_receive_count",
+        "queue_arn",
+        "queue_url",
+        "retention_seconds",
+        "safety_margin_ms",
+        "schedule_dlq_arn",
+        "schedule_group",
+        "scheduler_role_arn",
+        "table",
+        "tracing",
+        "webhook_base_url",
+        "webhook_key_secret",
+    )
     app: str
     table: str
     bucket: str
     queue_url: str
-    queue_arn: str | None = None
-    schedule_group: str | None = None
-    scheduler_role_arn: str | None = None
-    webhook_base_url: str = ""
-    tracing: bool = False
-    safety_margin_ms: int = DEFAULT_SAFETY_MARGIN_MS
-    dead_letter_url: str | None = None
-    max_receive_count: int | None = None
-    admin_principals: str = ""
-    schedule_dlq_arn: str | None = None
-    webhook_key_secret: str | None = None
-    retention_seconds: int = 0
+    queue_arn: str | None
+    schedule_group: str | None
+    scheduler_role_arn: str | None
+    webhook_base_url: str
+    tracing: bool
+    safety_margin_ms: int
+    dead_letter_url: str | None
+    max_receive_count: int | None
+    admin_principals: str
+    schedule_dlq_arn: str | None
+    webhook_key_secret: str | None
+    retention_seconds: int
+
+    def __init__(
+        self,
+        *,
+        app: str,
+        table: str,
+        bucket: str,
+        queue_url: str,
+        queue_arn: str | None = None,
+        schedule_group: str | None = None,
+        scheduler_role_arn: str | None = None,
+        webhook_base_url: str = "",
+        tracing: bool = False,
+        safety_margin_ms: int = DEFAULT_SAFETY_MARGIN_MS,
+        dead_letter_url: str | None = None,
+        max_receive_count: int | None = None,
+        admin_principals: str = "",
+        schedule_dlq_arn: str | None = None,
+        webhook_key_secret: str | None = None,
+        retention_seconds: int = 0,
+    ) -> None:
+        _set(self, "app", app)
+        _set(self, "table", table)
+        _set(self, "bucket", bucket)
+        _set(self, "queue_url", queue_url)
+        _set(self, "queue_arn", queue_arn)
+        _set(self, "schedule_group", schedule_group)
+        _set(self, "scheduler_role_arn", scheduler_role_arn)
+        _set(self, "webhook_base_url", webhook_base_url)
+        _set(self, "tracing", tracing)
+        _set(self, "safety_margin_ms", safety_margin_ms)
+        _set(self, "dead_letter_url", dead_letter_url)
+        _set(self, "max_receive_count", max_receive_count)
+        _set(self, "admin_principals", admin_principals)
+        _set(self, "schedule_dlq_arn", schedule_dlq_arn)
+        _set(self, "webhook_key_secret", webhook_key_secret)
+        _set(self, "retention_seconds", retention_seconds)
 
     @property
     def has_alarms(self) -> bool:

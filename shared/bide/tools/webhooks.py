@@ -28,11 +28,11 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..constants import WEBHOOK_SIGNATURE_WINDOW_SECONDS, WEBHOOK_TOKEN_BYTES
 from ..engine.signals import SignalToken
+from ..engine.values import FrozenValue, frozen_value
 from .webhook_keys import WebhookKeys, keys_of
 
 if TYPE_CHECKING:
@@ -58,24 +58,44 @@ class InvalidBinding(ValueError):
 # The binding's fields: the text ones every binding has, then those with defaults. A stored
 # document has exactly these keys (its JSON shape, unchanged since bindings were first stored).
 _REQUIRED_TEXT = ("session_id", "task_id", "signal", "key")
+_set = object.__setattr__  # building a frozen value
 
 
-@dataclass(frozen=True)
-class WebhookBinding:
+@frozen_value
+class WebhookBinding(FrozenValue):
     """Where a webhook's body goes, and how its sender proves itself. ``nonce`` names the
     binding; together with the rest it is what the token's mac is derived from. Stored as the
     document :meth:`to_doc` gives (read back by :meth:`from_doc`); each field is checked when
     the binding is made (:class:`InvalidBinding` names a wrong one)."""
 
+    # Frozen value, not a dataclass: the same behaviour without its import cost
+    # (bide.engine.values).
+    __slots__ = ("hmac_secret", "key", "nonce", "session_id", "signal", "task_id", "window_seconds")
     session_id: str
     task_id: str
     signal: str
     key: str
-    nonce: str = ""
-    hmac_secret: str | None = None
-    window_seconds: int = WEBHOOK_SIGNATURE_WINDOW_SECONDS
+    nonce: str
+    hmac_secret: str | None
+    window_seconds: int
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        task_id: str,
+        signal: str,
+        key: str,
+        nonce: str = "",
+        hmac_secret: str | None = None,
+        window_seconds: int = WEBHOOK_SIGNATURE_WINDOW_SECONDS,
+    ) -> None:
+        _set(self, "session_id", session_id)
+        _set(self, "task_id", task_id)
+        _set(self, "signal", signal)
+        _set(self, "key", key)
+        _set(self, "nonce", nonce)
+        _set(self, "hmac_secret", hmac_secret)
+        _set(self, "window_seconds", window_seconds)
         for name in (*_REQUIRED_TEXT, "nonce"):
             if not isinstance(getattr(self, name), str):
                 raise InvalidBinding(f"{name} must be text, not {_kind(getattr(self, name))}")
@@ -120,13 +140,18 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-@dataclass(frozen=True)
-class Webhook:
+@frozen_value
+class Webhook(FrozenValue):
     """A minted webhook: the URL to hand out and its token (a credential: bide never stores
     it; do not put it in a result, checkpoint or document either)."""
 
+    __slots__ = ("token", "url")
     url: str
     token: str
+
+    def __init__(self, url: str, token: str) -> None:
+        _set(self, "url", url)
+        _set(self, "token", token)
 
 
 class WebhookRejected(Exception):
@@ -164,15 +189,22 @@ def derive_mac(key: bytes, binding: WebhookBinding) -> str:
 MAX_TOKEN_TASK_BYTES = 256
 
 
-@dataclass(frozen=True)
-class TokenParts:
+@frozen_value
+class TokenParts(FrozenValue):
     """What a token says: its session, its task (None for a three-part token, minted before
     tokens carried the task), the nonce naming its binding and the mac to check."""
 
+    __slots__ = ("mac", "nonce", "session_id", "task_id")
     session_id: str
     task_id: str | None
     nonce: str
     mac: str
+
+    def __init__(self, session_id: str, task_id: str | None, nonce: str, mac: str) -> None:
+        _set(self, "session_id", session_id)
+        _set(self, "task_id", task_id)
+        _set(self, "nonce", nonce)
+        _set(self, "mac", mac)
 
 
 def _b64(text: str) -> str:
