@@ -28,10 +28,12 @@ from bench_aws_requests import Tally, build_stack, fake_aws
 WARM = Counter(
     {
         # The signal function: the head and the task read together, then its commit (the
-        # value stored on the task's record, the task made runnable), then the wake message.
-        "dynamodb:TransactGetItems": 1,
+        # value stored on the task's record, the task made runnable), then the wake message
+        # (naming the task). The worker: a targeted pass, the head and the task (and its
+        # owner, if any) read together (a second TransactGetItems, no Query of the session);
+        "dynamodb:TransactGetItems": 2,
         "sqs:SendMessage": 1,
-        # The worker: its load of the session; then four commits:
+        # then four commits:
         #   1. the claim: the task running with its wake, the consumed value moved to its
         #      signal document;
         #   2. the tool task's intent (design 001, principle 6: phase execute with the wake);
@@ -40,7 +42,6 @@ WARM = Counter(
         #      operation memo, staged when the wait began: Runtime.stage_memo), requiring
         #      the next key's signal document absent instead of the poll reading it (a key
         #      consumed or expired earlier is no longer on the record).
-        "dynamodb:Query": 1,
         "dynamodb:TransactWriteItems": 5,
     }
 )

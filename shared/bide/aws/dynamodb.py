@@ -31,12 +31,18 @@ from typing import TYPE_CHECKING, Final
 
 from ..engine.errors import CommitTooLarge, ConflictError, DocumentExists, StoreUnavailable
 from ..engine.records import TaskRecord
-from ..engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot, check_absent
+from ..engine.store.base import (
+    MAX_COMMIT_ITEMS,
+    Doc,
+    SessionSnapshot,
+    check_absent,
+    check_at_head,
+)
 from . import offload, table
 from .absent import absent_check, present
 from .head import head_action
 from .offload import DEFAULT_OFFLOAD_THRESHOLD, S3Offload
-from .retention import ENDED_AT, EXPIRES_AT, Retaining, expired
+from .retention import ENDED_AT, EXPIRES_AT, STAMPED, Retaining, expired
 from .retry import ChecksFailed, Retrier, new_client, request_token, transact
 from .table import (
     DOC_PREFIX,
@@ -443,6 +449,47 @@ class DynamoDBStore(Retaining):
         """:meth:`task_at_head` with a third item in the same ``TransactGetItems`` (up to 100
         are allowed), the document: one request where a :meth:`get_doc` first takes two."""
         return self._at_head(session_id, task_id, key)
+
+    def tasks_at_head(
+        self, session_id: str, task_ids: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord]]:
+        """The sequence number and up to 99 tasks in one ``TransactGetItems`` (at most 100
+        items, "a serializable read": see :meth:`task_at_head`). The head is read with its end
+        attributes, as :meth:`load` reads it, so a run on these tasks alone knows the
+        session's end as well as a run that loaded it (:mod:`bide.aws.retention`)."""
+        self._check_open()
+        check_at_head(task_ids)
+        ids = list(dict.fromkeys(task_ids))
+        names = {"#seq": "seq", "#ended": ENDED_AT, "#exp": EXPIRES_AT, "#stamped": STAMPED}
+        gets: list[TransactGetItemTypeDef] = [
+            {
+                "Get": {
+                    "TableName": self.table_name,
+                    "Key": {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": HEAD_SORT_KEY}},
+                    "ProjectionExpression": ", ".join(names),
+                    "ExpressionAttributeNames": names,
+                }
+            }
+        ]
+        for task_id in ids:
+            item = {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": TASK_PREFIX + task_id}}
+            gets.append({"Get": {"TableName": self.table_name, "Key": item}})
+        out = self._retry.run(
+            "tasks_at_head", lambda: self._ddb.transact_get_items(TransactItems=gets)
+        )
+        now = self._ends.now()
+        head_item, *task_items = (r.get("Item") for r in out["Responses"])
+        if not head_item or expired(head_item, now):
+            self._ends.read(session_id, 0, None)
+            return 0, {}  # never written, or expired: gone (bide.aws.retention)
+        seq = int(head_item["seq"]["N"])
+        self._ends.read(session_id, seq, head_item)
+        records = (
+            TaskRecord.from_json(self._read_record(i))
+            for i in task_items
+            if i and not expired(i, now)
+        )
+        return seq, {record.id: record for record in records}
 
     def _at_head(
         self, session_id: str, task_id: str, key: str | None
