@@ -83,7 +83,28 @@ async def done(task: Any, rt: Any) -> None:
 
 
 Parent = define_task("tp.parent", 1, lambda _: "start", {"start": start, "done": done})
-APP = App(tasks=[Looper, Ender, Parent], signals=[ANSWER])
+RELAYED: dict[str, Any] = {}  # what each Relay's command answered
+
+
+async def relay(task: Any, rt: Any) -> None:
+    """On "go", abort or signal the task its input names (in its commit), then park again."""
+    if task.wake is None:
+        await rt.commit(Sleeping(checkpoint="go", signals=(ANSWER.key("go"),)))
+        return
+    to = task.input["to"]
+
+    def build(tx: Any) -> Sleeping:
+        if task.input.get("abort"):
+            RELAYED[task.id] = tx.abort(to, "relayed")
+        else:
+            RELAYED[task.id] = tx.signal(to, ANSWER, "k0", {"text": "relayed"}).value
+        return Sleeping(checkpoint="go", signals=(ANSWER.key("never"),))
+
+    await rt.commit(build)
+
+
+Relay = define_task("tp.relay", 1, lambda _: "go", {"go": relay})
+APP = App(tasks=[Looper, Ender, Parent, Relay], signals=[ANSWER])
 
 
 class Reads(StoreWrapper):
@@ -386,3 +407,23 @@ def test_a_racing_writer_mid_pass_turns_it_into_a_full_pass(host: Host) -> None:
     # The commit conflicted; the reload was of the whole session, so b ran too.
     assert host.n(a) == host.n(b) == 2
     assert (host.store.targeted, host.store.loads) == (1, 1)
+
+
+def test_a_task_that_aborts_another_by_id_reaches_it(host: Host) -> None:
+    victim = host.create(Looper)
+    killer = host.create(Relay, {"to": victim, "abort": True})
+    host.store.reset()
+    host.signal(killer, "go")
+    host.drain()
+    assert RELAYED[killer] is True  # the victim was found live, though not loaded at first
+    assert host.task(victim).state.outcome.status == "aborted"  # type: ignore[union-attr]
+    assert host.store.loads == 1
+
+
+def test_a_task_that_signals_another_runs_it_in_the_same_run(host: Host) -> None:
+    other = host.create(Looper)
+    sender = host.create(Relay, {"to": other})
+    host.signal(sender, "go")
+    assert host.drain() == 1  # the relayed value queued no wake: this run ran the other task
+    assert RELAYED[sender] == "delivered"
+    assert host.n(other) == 2
