@@ -32,8 +32,9 @@ class HarnessProcesses:
         """Run ``coro`` to its end on the machine's loop."""
         return self.loop.run_until_complete(coro)
 
-    def new_harness(self) -> Harness:
-        """A harness (a process) for the session, not yet attached."""
+    def new_harness(self, focus: tuple[str, str | None] | None = None) -> Harness:
+        """A harness (a process) for the session, not yet attached; with ``focus``, one that
+        opens on that task alone when it may (a worker's targeted pass for a signal's wake)."""
         return Harness(
             self.store,
             self.session,
@@ -42,7 +43,28 @@ class HarnessProcesses:
             ids=self.ids,
             restart_limit=RESTART_LIMIT,
             lease_seconds=LEASE,
+            focus=focus,
         )
+
+    def targeted_then_full(self, task_id: str, owner: str | None) -> tuple[bool, Any]:
+        """A worker's targeted pass for a signal's wake to ``task_id`` (``owner``: the id the
+        wake names with it), then a full pass, as the session's other wakes run it (every
+        other due thing has a wake of its own). Whether the targeted pass stayed partial, and
+        the full pass's wake."""
+
+        async def passes() -> tuple[bool, Any]:
+            targeted = self.new_harness(focus=(task_id, owner))
+            await targeted.open()
+            await targeted.run_until_parked()
+            partial = targeted.partial
+            await targeted.close()
+            full = self.new_harness()
+            await full.open()
+            wake = await full.run_until_parked()
+            await full.close()
+            return partial, wake
+
+        return self.run(passes())
 
     def open_harness(self) -> Harness:
         """A process that opens the session (and so recovers what a dead one left)."""
