@@ -46,25 +46,19 @@ class HarnessProcesses:
             focus=focus,
         )
 
-    def targeted_then_full(self, task_id: str, owner: str | None) -> tuple[bool, Any]:
+    def targeted_pass(self, task_id: str, owner: str | None) -> bool:
         """A worker's targeted pass for a signal's wake to ``task_id`` (``owner``: the id the
-        wake names with it), then a full pass, as the session's other wakes run it (every
-        other due thing has a wake of its own). Whether the targeted pass stayed partial, and
-        the full pass's wake."""
+        wake names with it), in a process of its own; whether it stayed partial."""
 
-        async def passes() -> tuple[bool, Any]:
-            targeted = self.new_harness(focus=(task_id, owner))
-            await targeted.open()
-            await targeted.run_until_parked()
-            partial = targeted.partial
-            await targeted.close()
-            full = self.new_harness()
-            await full.open()
-            wake = await full.run_until_parked()
-            await full.close()
-            return partial, wake
+        async def targeted() -> bool:
+            h = self.new_harness(focus=(task_id, owner))
+            await h.open()
+            await h.run_until_parked()
+            partial = h.partial
+            await h.close()
+            return partial
 
-        return self.run(passes())
+        return bool(self.run(targeted()))
 
     def open_harness(self) -> Harness:
         """A process that opens the session (and so recovers what a dead one left)."""

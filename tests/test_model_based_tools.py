@@ -156,16 +156,7 @@ class FamilyMachine(HarnessProcesses, RuleBasedStateMachine):
         record = self.observer().task(task_id)
         owner = {"owner": record.owner, "none": None, "wrong": task_id}[hint] if record else None
         self.trap.calls = 0
-
-        async def targeted() -> bool:
-            h = self.new_harness(focus=(task_id, owner))
-            await h.open()
-            await h.run_until_parked()
-            partial = h.partial
-            await h.close()
-            return partial
-
-        partial = self.run(targeted())
+        partial = self.targeted_pass(task_id, owner)
         event(f"family: targeted pass ({'stayed partial' if partial else 'loaded the session'})")
 
     @rule()

@@ -427,3 +427,26 @@ def test_a_task_that_signals_another_runs_it_in_the_same_run(host: Host) -> None
     assert host.drain() == 1  # the relayed value queued no wake: this run ran the other task
     assert RELAYED[sender] == "delivered"
     assert host.n(other) == 2
+
+
+# --- the message ---------------------------------------------------------------------------
+
+
+def test_the_wake_message_names_the_task_for_a_signal_only() -> None:
+    from bide.aws.sqs import parse_wake, wake_focus, whole_session
+
+    signal = wake_body("s", "signal", task="t-1", owner="t-0")
+    assert parse_wake(signal) == ("s", "signal")
+    assert wake_focus(signal) == ("t-1", "t-0")
+    assert wake_focus(wake_body("s", "signal-retried", task="t-1")) == ("t-1", None)
+    # Any other wake, an old message, a malformed task: the whole session.
+    for body in (
+        wake_body("s", "alarm"),
+        json.dumps({"session_id": "s", "reason": "signal"}),
+        json.dumps({"session_id": "s", "reason": "signal", "task": 7}),
+        json.dumps({"session_id": "s", "reason": "signal", "task": "t-1", "owner": ""}),
+        "not json",
+    ):
+        assert wake_focus(body) is None, body
+    assert json.loads(whole_session(signal)) == {"session_id": "s", "reason": "signal"}
+    assert whole_session("not json") == "not json"

@@ -125,6 +125,18 @@ def wake_focus(body: str) -> tuple[str, str | None] | None:
     return task, owner
 
 
+def whole_session(body: str) -> str:
+    """``body`` without the task a signal's wake names: a wake sent again (a redriven dead
+    letter) runs the whole session, whatever it first stood for. Any other body unchanged."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(data, dict) or "task" not in data:
+        return body
+    return json.dumps({k: v for k, v in data.items() if k not in ("task", "owner")})
+
+
 def parse_wake(body: str) -> tuple[str, str]:
     """The session id and reason of a wake message (from the API, a signal or an alarm)."""
     data = json.loads(body)
