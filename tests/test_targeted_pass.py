@@ -450,3 +450,33 @@ def test_the_wake_message_names_the_task_for_a_signal_only() -> None:
         assert wake_focus(body) is None, body
     assert json.loads(whole_session(signal)) == {"session_id": "s", "reason": "signal"}
     assert whole_session("not json") == "not json"
+
+
+def test_a_recovery_at_open_that_loads_the_session_recovers_every_abandoned_task() -> None:
+    # Two tasks left running, without leases, by a process that died. The targeted open
+    # recovers its task first; past the restart limit that ends it, which loads the whole
+    # session: the other abandoned task must be recovered at this open too, as a full open
+    # recovers every one (a run never recovers a lease-less task after its open).
+    from bide import Harness
+    from bide.engine.state import Running
+
+    store, sid = SQLiteStore(), "s-recover"
+
+    async def go() -> tuple[TaskRecord | None, TaskRecord | None]:
+        h = Harness(store, sid, APP.task_kinds())
+        await h.open()
+        a, b = await h.create_task(Looper), await h.create_task(Looper)
+        dead = [
+            r.replace(state=Running(checkpoint=r.state.checkpoint, invocation="i-dead"))  # type: ignore[union-attr]
+            for r in (store.get_task(sid, a), store.get_task(sid, b))
+            if r is not None
+        ]
+        store.commit(sid, store.head(sid), dead)
+        targeted = Harness(store, sid, APP.task_kinds(), restart_limit=0, focus=(a, None))
+        await targeted.open()
+        assert not targeted.partial  # the end of a loaded the session
+        return store.get_task(sid, a), store.get_task(sid, b)
+
+    a, b = asyncio.run(go())
+    assert a is not None and a.state.status == "terminal"
+    assert b is not None and b.state.status != "running", b.state

@@ -141,8 +141,12 @@ class Harness:
             self._reload()
         self._opened = True
         self._first_pass = True
-        while self._apply(lambda d: scheduler.recover_abandoned(self, d, at_open=True)):
-            pass
+        for _ in range(2):  # again when recovery loaded the whole session: recover it all
+            partial = self._partial
+            while self._apply(lambda d: scheduler.recover_abandoned(self, d, at_open=True)):
+                pass
+            if not partial or self._partial:
+                break
 
     async def attach(self) -> None:
         """Load the session to send commands (submit, signal, abort) without running it: unlike
