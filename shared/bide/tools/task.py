@@ -303,7 +303,14 @@ async def _woken(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
         "wake": wake.to_dict() if wake is not None else None,
         "checkpoint": parked.get("checkpoint"),
     }
-    await rt.commit(Running(checkpoint=intent))
+    replays = _replays_itself(tool, parked["replay"])
+    if parked["replay"] == "safe" and rt.restarts > 0 and not replays:
+        # An earlier run of this wake was cut off, and it may have been a workflow body's,
+        # which commits no intent (below): recovery's rule decides, as if it had.
+        await _recover(registry, task, rt, intent)
+        return
+    if not replays:
+        await rt.commit(Running(checkpoint=intent))
     await _run(
         registry,
         task,
@@ -316,13 +323,34 @@ async def _woken(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
     )
 
 
-async def _recover(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
-    """Recovery found the intent: the run it records was cut off."""
-    intent = task.checkpoint
+def _replays_itself(tool: ToolDefinition, stored: str) -> bool:
+    """Whether a woken run of ``tool`` needs no intent commit (design 001 principle 6, as
+    refined in docs/reliability.md): a workflow body that the call's stored and the current
+    policy both call replay-safe. Recovery would rerun its cut-off run anyway, and the body
+    replays its recorded history, so rerunning the parked phase with the same wake (the
+    running state keeps it) is that same rerun. A crash is still counted: recovery counts a
+    restart, and only the body's park or end moves the task on (resetting them)."""
+    return (
+        tool.shape.suspend == "workflow"
+        and tool.shape.lifetime == "step"
+        and stored == "safe"
+        and tool.replay == "safe"
+    )
+
+
+async def _recover(
+    registry: ToolRegistry, task: TaskView, rt: Runtime, woken: dict[str, Any] | None = None
+) -> None:
+    """Recovery found the intent: the run it records was cut off. ``woken``: the intent a
+    rerun of the parked phase would commit, for a cut-off run that committed none (it is
+    committed before the run repeats)."""
+    intent = task.checkpoint if woken is None else woken
     spec = _input(task)
     tool = registry.get(spec.name)
     wake = wake_from_dict(intent["wake"]) if intent.get("wake") else None
     if tool is not None and intent["replay"] == "safe" and tool.replay == "safe":
+        if woken is not None:
+            await rt.commit(Running(checkpoint=intent))
         await _run(
             registry,
             task,

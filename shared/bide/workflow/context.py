@@ -448,7 +448,8 @@ class WorkflowContext:
                 record = record or op.record()
                 outcome = await op.poll_parking(record)
                 if not isinstance(outcome, Pending):
-                    return op.decode(unshared(await self._resolve(op, record, outcome)))
+                    held = op.holds(outcome)
+                    return op.decode(unshared(await self._resolve(op, record, outcome, held)))
                 if self._cancelling:
                     raise Cancelled(f"cancelled at operation {op.seq} ({op.kind} {op.name!r})")
                 parked = await self._ring(op, outcome)
@@ -483,9 +484,18 @@ class WorkflowContext:
         return await self._rt.write(write)
 
     async def _resolve(
-        self, op: Op[Any], record: dict[str, Any], outcome: Ready | Raise
+        self, op: Op[Any], record: dict[str, Any], outcome: Ready | Raise, held: bool = False
     ) -> dict[str, Any]:
-        """Record the resolution (with the record, for actions) in one commit; the winner."""
+        """Record the resolution (with the record, for actions) in one commit; the winner.
+        ``held`` (a resolution durable data fixes, :meth:`Op.holds`): held for the task's
+        next commit instead (``Runtime.stage_memo``), usually the park on the next wait.
+        Until then nothing outside the task learns it: every commit of the run carries it,
+        and a step commits it before its code runs. A crash before then replays the
+        operation, which reads the same durable data and resolves the same."""
+        if held and not (isinstance(outcome, Ready) and outcome.build is not None):
+            self._rt.stage_memo(op_memo(op.seq), record)
+            kept = {"error": outcome.error} if isinstance(outcome, Raise) else {"v": outcome.value}
+            return self._rt.stage_memo(result_memo(op.seq), kept)  # type: ignore[no-any-return]
 
         def write(tx: Any) -> dict[str, Any]:
             winner = tx.memo(op_memo(op.seq), record)
