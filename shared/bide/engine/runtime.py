@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from . import memo_pages, slots
@@ -240,6 +240,14 @@ class Runtime:
         if slot.expired:
             return SignalExpired()
         return None
+
+    def unread_slots(self, names: Iterable[str]) -> frozenset[str]:
+        """The slots among ``names`` (the task's keys, :func:`~bide.engine.signals.slot_name`)
+        whose signal document this harness has not read, written or proven absent: a park
+        on them requires the document absent, and a park refused because one exists learns
+        it (then it is read)."""
+        known = self._h._docs
+        return frozenset(n for n in names if slots.doc_key(self._task_id, n) not in known)
 
     async def outcome(self, task_id: str) -> Outcome | None:
         """Another task's outcome once terminal."""

@@ -9,7 +9,9 @@ Checkpoints (design 001 ch. V):
   current policy are both ``safe``; otherwise the call ends ``interrupted``.
 * ``{"phase": "parked", arguments, replay, checkpoint}``: sleeping or waiting after
   ``execute()`` returned a park. Its handler resolves the tool, commits intent with the wake,
-  then runs ``execute()`` again in the same invocation.
+  then runs ``execute()`` again in the same invocation. A workflow body both policies call
+  replay-safe commits no intent: its woken run replays its history, so recovery reruns the
+  parked phase with the same wake (:func:`_replays_itself`; docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -238,8 +240,8 @@ async def _run(
             )
 
         # A workflow body's wait leaves the key it parks on unread (the park requires its
-        # document absent): refused because it is there, the body runs again knowing it. An
-        # identical park again learnt nothing: its refusal is final.
+        # document absent): refused because it is there, the body runs again knowing it
+        # (_park reruns only then). An identical park again learnt nothing: final.
         rerun = again if tool.shape.suspend == "workflow" and park != refused else None
         await _park(registry, task, rt, tool, call, arguments, replay, park, rerun)
         return
@@ -268,6 +270,7 @@ async def _park(
         "checkpoint": park.checkpoint,
     }
     refusal: Exception | None = None
+    unread = rt.unread_slots(key.slot for key in getattr(park, "signals", ()))
     try:
         await rt.commit(park_state(park, checkpoint))
     except (InvalidPark, ValidationError) as exc:
@@ -278,8 +281,12 @@ async def _park(
             # started may be live, and nothing else will ever clean it up.
             await _cancel(registry, tool, arguments, rt, park.checkpoint)
         raise
-    if isinstance(refusal, InvalidPark) and rerun is not None:
-        await rerun()  # nothing was written: the body decides again
+    # Refused because a key's document the body had not read exists (the store's refusal
+    # taught the harness its body): nothing was written, the body decides again knowing it.
+    # Any other refusal is final: the body would decide the same.
+    learnt = unread - rt.unread_slots(unread)
+    if isinstance(refusal, InvalidPark) and rerun is not None and learnt:
+        await rerun()
     elif refusal is not None:
         await _settle(
             registry, task, rt, call, ToolResult.error(ToolErrorCode.INVALID_PARK, str(refusal))
