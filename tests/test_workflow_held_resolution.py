@@ -11,6 +11,7 @@ with no intent commit between them (a replay-safe workflow body needs none:
   with an intent commit;
 * a cut-off run of a body whose tool turned replay-unsafe meanwhile ends ``interrupted``;
 * only a park refused because a key's unread document exists runs the body again.
+* a background task's workflow body (``lifetime="task"``) commits no intent either.
 """
 
 from __future__ import annotations
@@ -225,3 +226,85 @@ def test_only_a_park_refused_for_an_unread_document_runs_the_body_again():
     result = run(go())
     assert result.code == "invalid_park" and "names a stream" in result.text
     assert len(runs) == 1  # refused for no document: the body would decide the same
+
+
+async def _background_round(store: FaultyStore, seen: list[str]) -> tuple[Tools, str]:
+    async def body(args, ctx, task):
+        got = ""
+        for key in ("a", "b", "c"):
+            got += (await ctx.wait_for(ANSWER, key)).text
+            seen.append(got)
+        return got
+
+    tool = define_workflow_tool("bg", "", Note, body, lifetime="task")
+    t = await Tools(tool, store=store).start()
+    call = await t.call("bg", {})
+    await t.h.run_until_parked()
+    task_id = t.result(call).details["task_id"]
+    assert await t.h.signal(task_id, ANSWER, "a", {"text": "A"}) == "delivered"
+    return t, task_id
+
+
+def test_a_woken_background_body_commits_the_claim_and_the_park():
+    async def go():
+        store = FaultyStore(SQLiteStore())
+        t, task_id = await _background_round(store, [])
+        before = store.commits
+        await t.h.run_until_parked()
+        assert t.status(task_id) == "sleeping"
+        return store.commits - before
+
+    assert run(go()) == 2
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("at", [1, 2])
+def test_a_crash_in_a_background_body_round_reads_each_value_once(at: int, when: str):
+    seen: list[str] = []
+
+    async def go():
+        store = FaultyStore(SQLiteStore(), when=when)  # type: ignore[arg-type]
+        t, task_id = await _background_round(store, seen)
+        store.fail_at = store.commits + at
+        with contextlib.suppress(Crash):
+            await t.h.run_until_parked()
+        assert store.crashed
+        await t.reopen()
+        await t.h.run_until_parked()
+        assert t.status(task_id) == "sleeping"
+        for key in ("b", "c"):
+            assert await t.h.signal(task_id, ANSWER, key, {"text": key.upper()}) == "delivered"
+            await t.h.run_until_parked()
+        return t.h.outcome(task_id)
+
+    outcome = run(go())
+    assert type(outcome).__name__ == "Completed"
+    assert seen[-1] == "ABC" and set(seen) <= {"A", "AB", "ABC"}
+
+
+def test_a_background_body_that_crashes_on_every_run_reaches_the_restart_limit():
+    runs: list[int] = []
+
+    async def go():
+        async def body(args, ctx, task):
+            await ctx.wait_for(ANSWER, "a")
+            runs.append(1)
+            raise Crash()
+
+        tool = define_workflow_tool("bg", "", Note, body, lifetime="task")
+        t = await Tools(tool).start()
+        call = await t.call("bg", {})
+        await t.h.run_until_parked()
+        task_id = t.result(call).details["task_id"]
+        assert await t.h.signal(task_id, ANSWER, "a", {"text": "A"}) == "delivered"
+        for _ in range(DEFAULT_RESTART_LIMIT + 3):
+            if t.status(task_id) == "terminal":
+                break
+            with contextlib.suppress(Crash):
+                await t.h.run_until_parked()
+            await t.reopen()
+        outcome = t.h.outcome(task_id)
+        return type(outcome).__name__, getattr(outcome, "error", None)
+
+    assert run(go()) == ("Faulted", "restart limit reached")
+    assert len(runs) == DEFAULT_RESTART_LIMIT + 1
