@@ -17,6 +17,7 @@ with no intent commit between them (a replay-safe workflow body needs none:
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import pytest
 from kit import ANSWER, run
@@ -26,7 +27,7 @@ from bide import SQLiteStore
 from bide.engine.harness import DEFAULT_RESTART_LIMIT
 from bide.testing import Crash, FaultyStore
 from bide.workflow import define_workflow_tool
-from bide.workflow.history import result_memo
+from bide.workflow.history import op_memo, result_memo
 
 
 def _durable_memos(t: Tools, task_id: str) -> dict:
@@ -308,3 +309,85 @@ def test_a_background_body_that_crashes_on_every_run_reaches_the_restart_limit()
 
     assert run(go()) == ("Faulted", "restart limit reached")
     assert len(runs) == DEFAULT_RESTART_LIMIT + 1
+
+
+def test_held_memos_are_read_by_the_run_and_carried_by_a_memo_commit():
+    from kit import Kit
+
+    from bide import define_task
+
+    seen: dict = {}
+
+    async def phase(task, rt):
+        rt.stage_memo("held", {"v": 1})
+        seen["recorded"] = rt.recorded("held")
+        seen["pair"] = rt.recorded_pair("op", "held")
+        seen["read"] = await rt.memo("held")  # a read: as held, no commit
+        seen["other"] = await rt.memo("other", 2)  # durable when it returns, with what is held
+        seen["durable"] = dict(store.get_task("s1", task.id).memos)
+        raise Crash()  # nothing else commits
+
+    kind = define_task("test.held", 1, lambda _: "go", {"go": phase})
+    store = FaultyStore(SQLiteStore())
+
+    async def go():
+        k = Kit(kind, store=store)
+        await k.h.open()
+        await k.h.create_task(kind, {})
+        with pytest.raises(Crash):
+            await k.h.run_until_parked()
+
+    run(go())
+    assert seen["recorded"] == {"v": 1} and seen["read"] == {"v": 1}
+    assert seen["pair"] == (None, {"v": 1})
+    assert seen["durable"]["held"] == {"v": 1} and seen["durable"]["other"] == 2
+
+
+def _sleeping_round(store: FaultyStore) -> Any:
+    async def body(args, ctx):
+        await ctx.sleep(60)
+        return (await ctx.wait_for(ANSWER, "a")).text
+
+    async def start():
+        t = await Tools(define_workflow_tool("w", "", Note, body), store=store).start()
+        call = await t.call("w", {})
+        await t.h.run_until_parked()
+        t.kit.clock.advance(60)  # the sleep's time is reached: a timed wake
+        return t, call
+
+    return start()
+
+
+def test_a_timed_wake_of_a_body_commits_the_claim_and_the_park():
+    async def go():
+        store = FaultyStore(SQLiteStore())
+        t, call = await _sleeping_round(store)
+        before = store.commits
+        await t.h.run_until_parked()
+        assert t.status(call) == "sleeping"
+        return store.commits - before
+
+    assert run(go()) == 2
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("at", [1, 2])
+def test_a_crash_in_a_timed_wake_of_a_body_keeps_its_deadline(at: int, when: str):
+    async def go():
+        store = FaultyStore(SQLiteStore(), when=when)  # type: ignore[arg-type]
+        t, call = await _sleeping_round(store)
+        until = t.memos(call)[op_memo(1)]["until"]
+        store.fail_at = store.commits + at
+        with contextlib.suppress(Crash):
+            await t.h.run_until_parked()
+        assert store.crashed
+        await t.reopen()
+        await t.h.run_until_parked()
+        assert t.status(call) == "sleeping"
+        assert t.memos(call)[op_memo(1)]["until"] == until
+        assert t.memos(call)[result_memo(1)] == {"v": None}
+        assert await t.h.signal(call, ANSWER, "a", {"text": "A"}) == "delivered"
+        await t.h.run_until_parked()
+        return t.result(call).text
+
+    assert run(go()) == "A"

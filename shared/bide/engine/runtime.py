@@ -184,7 +184,7 @@ class Runtime:
 
         written = self._h._apply(write)
         self._staged.clear()
-        return memo_pages.unshared(written)
+        return written
 
     def stage_memo(self, name: str, value: Any) -> Any:
         """Write memo ``name`` (first writer wins) with the task's next commit, not alone: for

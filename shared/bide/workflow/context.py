@@ -487,11 +487,9 @@ class WorkflowContext:
         self, op: Op[Any], record: dict[str, Any], outcome: Ready | Raise, held: bool = False
     ) -> dict[str, Any]:
         """Record the resolution (with the record, for actions) in one commit; the winner.
-        ``held`` (a resolution durable data fixes, :meth:`Op.holds`): held for the task's
-        next commit instead (``Runtime.stage_memo``), usually the park on the next wait.
-        Until then nothing outside the task learns it: every commit of the run carries it,
-        and a step commits it before its code runs. A crash before then replays the
-        operation, which reads the same durable data and resolves the same."""
+        ``held`` (fixed by durable data, :meth:`Op.holds`): held for the task's next commit
+        instead (``Runtime.stage_memo``), which carries it, as a step does before its code
+        runs; a crash before then replays the operation, which resolves the same."""
         if held and not (isinstance(outcome, Ready) and outcome.build is not None):
             self._rt.stage_memo(op_memo(op.seq), record)
             kept = {"error": outcome.error} if isinstance(outcome, Raise) else {"v": outcome.value}
