@@ -9,7 +9,9 @@ Checkpoints (design 001 ch. V):
   current policy are both ``safe``; otherwise the call ends ``interrupted``.
 * ``{"phase": "parked", arguments, replay, checkpoint}``: sleeping or waiting after
   ``execute()`` returned a park. Its handler resolves the tool, commits intent with the wake,
-  then runs ``execute()`` again in the same invocation.
+  then runs ``execute()`` again in the same invocation. A workflow body both policies call
+  replay-safe commits no intent: its woken run replays its history, so recovery reruns the
+  parked phase with the same wake (:func:`_replays_itself`; docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -238,8 +240,8 @@ async def _run(
             )
 
         # A workflow body's wait leaves the key it parks on unread (the park requires its
-        # document absent): refused because it is there, the body runs again knowing it. An
-        # identical park again learnt nothing: its refusal is final.
+        # document absent): refused because it is there, the body runs again knowing it
+        # (_park reruns only then). An identical park again learnt nothing: final.
         rerun = again if tool.shape.suspend == "workflow" and park != refused else None
         await _park(registry, task, rt, tool, call, arguments, replay, park, rerun)
         return
@@ -268,6 +270,7 @@ async def _park(
         "checkpoint": park.checkpoint,
     }
     refusal: Exception | None = None
+    unread = rt.unread_slots(key.slot for key in getattr(park, "signals", ()))
     try:
         await rt.commit(park_state(park, checkpoint))
     except (InvalidPark, ValidationError) as exc:
@@ -278,8 +281,12 @@ async def _park(
             # started may be live, and nothing else will ever clean it up.
             await _cancel(registry, tool, arguments, rt, park.checkpoint)
         raise
-    if isinstance(refusal, InvalidPark) and rerun is not None:
-        await rerun()  # nothing was written: the body decides again
+    # Refused because a key's document the body had not read exists (the store's refusal
+    # taught the harness its body): nothing was written, the body decides again knowing it.
+    # Any other refusal is final: the body would decide the same.
+    learnt = unread - rt.unread_slots(unread)
+    if isinstance(refusal, InvalidPark) and rerun is not None and learnt:
+        await rerun()
     elif refusal is not None:
         await _settle(
             registry, task, rt, call, ToolResult.error(ToolErrorCode.INVALID_PARK, str(refusal))
@@ -303,7 +310,14 @@ async def _woken(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
         "wake": wake.to_dict() if wake is not None else None,
         "checkpoint": parked.get("checkpoint"),
     }
-    await rt.commit(Running(checkpoint=intent))
+    replays = _replays_itself(tool, parked["replay"])
+    if parked["replay"] == "safe" and rt.restarts > 0 and not replays:
+        # An earlier run of this wake was cut off, and it may have been a workflow body's,
+        # which commits no intent (below): recovery's rule decides, as if it had.
+        await _recover(registry, task, rt, intent)
+        return
+    if not replays:
+        await rt.commit(Running(checkpoint=intent))
     await _run(
         registry,
         task,
@@ -316,13 +330,34 @@ async def _woken(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
     )
 
 
-async def _recover(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
-    """Recovery found the intent: the run it records was cut off."""
-    intent = task.checkpoint
+def _replays_itself(tool: ToolDefinition, stored: str) -> bool:
+    """Whether a woken run of ``tool`` needs no intent commit (design 001 principle 6, as
+    refined in docs/reliability.md): a workflow body that the call's stored and the current
+    policy both call replay-safe. Recovery would rerun its cut-off run anyway, and the body
+    replays its recorded history, so rerunning the parked phase with the same wake (the
+    running state keeps it) is that same rerun. A crash is still counted: recovery counts a
+    restart, and only the body's park or end moves the task on (resetting them)."""
+    return (
+        tool.shape.suspend == "workflow"
+        and tool.shape.lifetime == "step"
+        and stored == "safe"
+        and tool.replay == "safe"
+    )
+
+
+async def _recover(
+    registry: ToolRegistry, task: TaskView, rt: Runtime, woken: dict[str, Any] | None = None
+) -> None:
+    """Recovery found the intent: the run it records was cut off. ``woken``: the intent a
+    rerun of the parked phase would commit, for a cut-off run that committed none (it is
+    committed before the run repeats)."""
+    intent = task.checkpoint if woken is None else woken
     spec = _input(task)
     tool = registry.get(spec.name)
     wake = wake_from_dict(intent["wake"]) if intent.get("wake") else None
     if tool is not None and intent["replay"] == "safe" and tool.replay == "safe":
+        if woken is not None:
+            await rt.commit(Running(checkpoint=intent))
         await _run(
             registry,
             task,
