@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..engine.errors import DefinitionError, InvalidPark, InvocationEnded
+from ..engine.errors import InvalidPark, InvocationEnded
 from ..engine.failures import FailureReceived
 from ..engine.state import (
     Aborted,
@@ -40,6 +40,7 @@ from .api import ToolExecutionApi
 from .define import ToolArgumentsError, ToolDefinition
 from .hooks import Block, Replace, ToolCall
 from .redaction import scrub_value
+from .result_entry import with_entry
 from .results import Sleep, ToolErrorCode, ToolResult, Wait, park_state
 
 if TYPE_CHECKING:
@@ -397,7 +398,7 @@ async def _aborted(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
     )
     payload = result.model_dump(mode="json")
     end = Terminal(outcome=Aborted(reason=task.abort_reason, result=payload))
-    await rt.commit(_with_entry(registry, task, call, result, end))
+    await rt.commit(with_entry(registry, _input(task), call, result, end))
 
 
 async def _cancel(
@@ -464,38 +465,4 @@ async def _settle(
     if clean != payload:
         result, payload = ToolResult.model_validate(clean), clean
     outcome = Failed(error=payload) if failed else Completed(result=payload)
-    await rt.commit(_with_entry(registry, task, call, result, Terminal(outcome=outcome)))
-
-
-def _with_entry(
-    registry: ToolRegistry, task: TaskView, call: ToolCall, result: ToolResult, state: Terminal
-) -> Any:
-    """The result commit: for a call made in a conversation, the result entry is written
-    atomically with the call's end (design 001: "result entry + slot done")."""
-    spec = _input(task)
-    conversation = spec.conversation
-    if conversation is None:
-        return state
-    append = registry.transcript
-    if append is None:
-        # Only an agent's generation names a conversation, and the agent installs the port.
-        raise DefinitionError(
-            f"tool call {task.id} was made in conversation {conversation!r}, but its "
-            "registry has no transcript writer (give the registry to an Agent)"
-        )
-    entry = {
-        "type": "tool_result",
-        "call_id": call.call_id,
-        "name": spec.exposed_name or call.name,
-        "identity": call.name,
-        "variant": spec.variant,
-        "text": result.text,
-        "is_error": result.is_error,
-        "code": result.code,
-    }
-
-    def build(tx: Any) -> Terminal:
-        append(tx, conversation, entry)
-        return state
-
-    return build
+    await rt.commit(with_entry(registry, _input(task), call, result, Terminal(outcome=outcome)))
