@@ -171,18 +171,15 @@ class DynamoDBStore(Retaining):
         A Query is only *read-committed* with respect to transactions: while a commit is being
         applied it may return some of that commit's items new and others old, and re-reading
         the head afterwards does not close the gap (two single-item reads may be serialized on
-        different sides of one transaction). So the check is on the data itself: the head
-        carries the manifest of its live set, ``{task id: seq of the commit that last wrote
-        it}``. A task is written at most once per commit, so (id, wseq) names exactly one
-        version of a record; when the Query returns exactly the manifest's ids at exactly the
-        manifest's wseqs, the snapshot *is* the committed state at the head's seq, whatever
-        interleaving happened. Anything else (a commit landed mid-read) is read again.
-
-        The head does not list that set (it would grow with it and be rewritten by every
-        commit): it keeps its size and a digest, a sum of 80-bit hashes of the (id, wseq) pairs
-        (:mod:`bide.aws.digest`). The Query's live items must match both; a torn Query escapes
-        the check with a chance of about 2**-80. A head written before the digest still lists
-        the pairs in ``live`` and is checked against that list.
+        different sides of one transaction). So the check is on the data itself. A task is
+        written at most once per commit, so (id, wseq) names exactly one version of a record,
+        and the head carries what its live set of such pairs is: their count and a sum of
+        80-bit hashes of them (:mod:`bide.aws.digest`), a few numbers whatever the set's size.
+        When the Query's live items match both, the snapshot *is* the committed state at the
+        head's seq, whatever interleaving happened (a torn Query matches by chance with a
+        probability of about 2**-80). Anything else (a commit landed mid-read) is read again.
+        A head written before the digest lists the pairs themselves (``live = {task id:
+        wseq}``) and is checked against that list.
         """
         self._check_open()
         for attempt in range(1, self._retry.max_attempts + 1):
