@@ -10,6 +10,11 @@ converted, not added to). A third, that the session has not ended, is
 https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_CancellationReason.html);
 a refused head is read once, since :func:`bide.aws.retry.transact` turns its refusal into a
 :class:`~bide.engine.errors.ConflictError`.
+
+The price of the rare path: one more ``TransactWriteItems`` (the cancelled one) for a writer
+that guessed wrong, which a writer that read the tasks it rewrites (a load, ``task_at_head``,
+``get_task``) or wrote them last does not; plus one ``GetItem`` of the head for the first commit
+on a legacy head by a writer that did not load it.
 """
 
 from __future__ import annotations
