@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from aws_fixtures import AwsBench, FaultyClient, aws_bench, edit_result, unique
+from botocore.exceptions import ClientError
 from dynamodb_checks import raw_item, record
 
 from bide.aws import digest
@@ -130,6 +131,29 @@ class TestDigestHead:
         assert faulty.count("transact_write_items") == 3
         assert_digest_matches_items(bench, sid)
         assert set(bench.store().load(sid).tasks) == {"b", "c", "d"}
+
+    def test_without_the_items_in_the_cancellation_the_refused_tasks_are_read(
+        self, bench: AwsBench
+    ) -> None:
+        # An emulator may leave ALL_OLD's item out of a cancellation reason: then each refused
+        # task is read once (strongly consistent) before the commit is sent again.
+        sid = unique("s")
+        bench.store().commit(sid, 0, [record("a", sid), record("b", sid)])
+
+        def without_items(call: Any) -> Any:
+            try:
+                return call()
+            except ClientError as exc:
+                for reason in exc.response.get("CancellationReasons", []):  # type: ignore[attr-defined]
+                    reason.pop("Item", None)
+                raise
+
+        faulty = FaultyClient(bench.ddb, plan={"transact_write_items": [without_items]})
+        bench.store(faulty).commit(sid, 1, [record("a", sid, ended=True), record("b", sid)])
+        ops = [op for op, _ in faulty.calls]
+        assert ops == ["transact_write_items", "get_item", "get_item", "transact_write_items"]
+        assert_digest_matches_items(bench, sid)
+        assert set(bench.store().load(sid).tasks) == {"b"}
 
     def test_a_reading_writer_commits_in_one_transaction(self, bench: AwsBench) -> None:
         sid = unique("s")
