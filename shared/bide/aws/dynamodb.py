@@ -95,7 +95,7 @@ _COMMIT_SENDS: Final = 4
 # head's seq guard alone would make the delta exact only if the guesses were known to be of
 # that very seq; they are guesses from earlier reads (or none, for an id never read), so each
 # is checked where it is used. A failed one is not a conflict: the head held, the item comes
-# back in the cancellation, and the commit is sent again knowing it (_learn_tasks).
+# back in the cancellation, and the commit is sent again knowing it (bide.aws.refusals).
 
 # Load reads the head and the live tasks of one session, all of them in the sparse index.
 _SESSION_PARTITION: Final = "#pk = :pk"
