@@ -15,6 +15,7 @@ reason (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Cance
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any
 
 import pytest
@@ -176,6 +177,40 @@ class TestDigestHead:
         with pytest.raises(ConflictError) as conflict:
             bench.store().commit(sid, 1, [record("a", sid, ended=True)])
         assert conflict.value.actual_seq == 2
+        assert_digest_matches_items(bench, sid)
+
+    def test_racing_writers_that_read_one_task_keep_the_digest_exact(self, bench: AwsBench) -> None:
+        # Writers that read only one task (task_at_head) and rewrite others: their guesses go
+        # stale under each other's commits, and every commit still moves the digest exactly.
+        sid = unique("s")
+        ids = [f"t{i}" for i in range(6)]
+        bench.store().commit(sid, 0, [record(i, sid) for i in ids])
+        errors: list[BaseException] = []
+
+        def writer(n: int) -> None:
+            client = bench.ddb if n % 2 == 0 else bench.other_ddb
+            store = bench.store(client, real_sleep=True)
+            rng = random.Random(n)
+            done = 0
+            try:
+                while done < 6:
+                    seq, _ = store.task_at_head(sid, rng.choice(ids))
+                    writes = [record(t, sid, ended=rng.random() < 0.3) for t in rng.sample(ids, 2)]
+                    try:
+                        store.commit(sid, seq, writes)
+                        done += 1
+                    except ConflictError:
+                        continue
+            except BaseException as exc:  # surfaced below: a thread's failure fails the test
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert bench.store().load(sid).seq == 1 + 3 * 6
         assert_digest_matches_items(bench, sid)
 
 
