@@ -20,8 +20,8 @@ value and sleeps on its next key; the others stay parked). Measured:
                         hooks), the items the live index's Query returned, DynamoDB request
                         units estimated from item sizes under AWS's rules, the live local index's
                         writes included (``cost_meter.Meter``, the metering of
-                        ``bench_cost.py``), and the session head's size (its ``live`` manifest
-                        lists every live task). moto cannot report consumed capacity (it answers
+                        ``bench_cost.py``), and the session head's size (a digest of the
+                        live tasks: constant). moto cannot report consumed capacity (it answers
                         ``ReturnConsumedCapacity`` with a fixed figure), so units come from item
                         sizes. Time: separate rounds without counting; moto's Query walks
                         every item of the partition in Python, so its times are moto's.

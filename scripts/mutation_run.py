@@ -44,10 +44,26 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="commit-condition-dynamodb",
         path="shared/bide/aws/head.py",
-        find='_HEAD_AT_EXPECTED_SEQ: Final = "#seq = :expected"',
-        replace='_HEAD_AT_EXPECTED_SEQ: Final = "#seq >= :expected"',
+        find='_HEAD_AT_EXPECTED_SEQ: Final = "#seq = :expected AND attribute_not_',
+        replace='_HEAD_AT_EXPECTED_SEQ: Final = "#seq >= :expected AND attribute_not_',
         tests=("tests/test_proof_races.py",),
         what="a DynamoDB commit lands over a newer head (lost update)",
+    ),
+    Mutant(
+        name="live-digest-unchecked",
+        path="shared/bide/aws/dynamodb.py",
+        find="consistent = digest.digest_of(found) == summary",
+        replace="consistent = True",
+        tests=("tests/test_dynamodb_digest.py",),
+        what="a DynamoDB load returns a torn Query as a snapshot",
+    ),
+    Mutant(
+        name="live-digest-old-term-kept",
+        path="shared/bide/aws/digest.py",
+        find="n, dsum = n - 1, dsum - term(r.id, old)",
+        replace="n, dsum = n - 1, dsum",
+        tests=("tests/test_dynamodb_digest.py",),
+        what="a commit's digest change keeps a rewritten task's old version",
     ),
     Mutant(
         name="commit-condition-sqlite",
