@@ -200,7 +200,7 @@ class Draft:
         """The live tasks of the harness's view, partial or whole, as this commit would leave
         them: for a rule that decides each task on itself and what the view holds of its
         owner (the scheduler's reservations and recoveries, see
-        :func:`~bide.engine.rules.runs_alone`)."""
+        :func:`~bide.engine.partial.runs_alone`)."""
         merged = {**self.harness._live, **self.writes}
         return {k: v for k, v in merged.items() if v.live}
 

@@ -4,7 +4,7 @@ A run owed to one task alone (the worker answering a signal's wake: every other 
 the session has a wake of its own coming) need not read every live task. :func:`read_focus`
 reads the session's head, the task and its owner in one consistent read
 (:meth:`~bide.engine.store.base.Store.tasks_at_head`), and the harness adopts the task alone
-when :func:`~bide.engine.rules.runs_alone` says every rule decides it the same on that view.
+when :func:`runs_alone` says every rule decides it the same on that view.
 
 What keeps the view exact while the run goes on (``Harness.focus``):
 
@@ -23,8 +23,25 @@ What keeps the view exact while the run goes on (``Harness.focus``):
 from __future__ import annotations
 
 from .records import TaskRecord
-from .rules import runs_alone
+from .rules import cascade_pending
 from .store.base import Store
+
+
+def runs_alone(record: TaskRecord | None, owner: TaskRecord | None) -> bool:
+    """Whether a run may load ``record`` and its ``owner`` (None: not loaded) and no other
+    task of the session, and decide for ``record`` as a run over every live task would: the
+    task is live, carries no abort mark and is not completing (those reach its owned work,
+    which is not loaded), and no abort mark or owner's end is on its way to it
+    (:func:`cascade_pending`, the one rule that reads another task to run it)."""
+    if record is None or not record.live or record.abort_marked:
+        return False
+    if record.state.status == "completing":
+        return False
+    if record.owner is None:
+        return True
+    if owner is None or owner.id != record.owner:
+        return False
+    return not cascade_pending(record, {owner.id: owner})
 
 
 def read_focus(

@@ -403,23 +403,6 @@ def cascade_pending(record: TaskRecord, live: Mapping[str, TaskRecord]) -> bool:
     )
 
 
-def runs_alone(record: TaskRecord | None, owner: TaskRecord | None) -> bool:
-    """Whether a run may load ``record`` and its ``owner`` (None: not loaded) and no other
-    task of the session, and decide for ``record`` as a run over every live task would: the
-    task is live, carries no abort mark and is not completing (those reach its owned work,
-    which is not loaded), and no abort mark or owner's end is on its way to it
-    (:func:`cascade_pending`, the one rule that reads another task to run it)."""
-    if record is None or not record.live or record.abort_marked:
-        return False
-    if record.state.status == "completing":
-        return False
-    if record.owner is None:
-        return True
-    if owner is None or owner.id != record.owner:
-        return False
-    return not cascade_pending(record, {owner.id: owner})
-
-
 def ready_to_settle(record: TaskRecord, live: Mapping[str, TaskRecord]) -> bool:
     """A completing task becomes terminal once its owned work has ended."""
     return record.state.status == "completing" and not live_children(record.id, live)
