@@ -162,6 +162,14 @@ class Counting(StoreWrapper):
         self._count(record)
         return seq, record
 
+    def tasks_at_head(
+        self, session_id: str, task_ids: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord]]:
+        seq, records = self.inner.tasks_at_head(session_id, task_ids)
+        self.read += sum(len(r.to_json().encode()) for r in records.values())
+        self.records_read += len(records)
+        return seq, records
+
     def task_and_doc_at_head(
         self, session_id: str, task_id: str, key: str
     ) -> tuple[int, TaskRecord | None, Doc | None]:

@@ -30,10 +30,12 @@ from bench_aws_requests import Tally, build_stack, fake_aws
 WARM = Counter(
     {
         # The signal function: the head and the task read together, then its commit (the
-        # value stored on the task's record, the task made runnable), then the wake message.
-        "dynamodb:TransactGetItems": 1,
+        # value stored on the task's record, the task made runnable), then the wake message
+        # (naming the task). The worker: a targeted pass, the head and the task (and its
+        # owner, if any) read together (a second TransactGetItems, no Query of the session);
+        "dynamodb:TransactGetItems": 2,
         "sqs:SendMessage": 1,
-        # The worker: its load of the session; then two commits:
+        # then two commits:
         #   1. the claim: the task running with its wake, the consumed value moved to its
         #      signal document. No intent commit follows: a replay-safe workflow body needs
         #      none (docs/reliability.md, "a woken workflow body commits no intent");
@@ -43,7 +45,6 @@ WARM = Counter(
         #      operation memo, staged when the wait began: Runtime.stage_memo), requiring
         #      the next key's signal document absent instead of the poll reading it (a key
         #      consumed or expired earlier is no longer on the record).
-        "dynamodb:Query": 1,
         "dynamodb:TransactWriteItems": 3,
     }
 )

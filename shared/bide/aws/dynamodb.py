@@ -33,12 +33,18 @@ from typing import TYPE_CHECKING, Final
 
 from ..engine.errors import CommitTooLarge, ConflictError, DocumentExists, StoreUnavailable
 from ..engine.records import TaskRecord
-from ..engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot, check_absent
+from ..engine.store.base import (
+    MAX_COMMIT_ITEMS,
+    Doc,
+    SessionSnapshot,
+    check_absent,
+    check_at_head,
+)
 from . import digest, offload, refusals, table
 from .absent import absent_check, present
 from .head import head_action
 from .offload import DEFAULT_OFFLOAD_THRESHOLD, S3Offload
-from .retention import ENDED_AT, EXPIRES_AT, Retaining, expired
+from .retention import ENDED_AT, EXPIRES_AT, STAMPED, Retaining, expired
 from .retry import ChecksFailed, Retrier, new_client, request_token, transact
 from .table import (
     DOC_PREFIX,
@@ -503,29 +509,42 @@ class DynamoDBStore(Retaining):
         (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactGetItems.html).
         One request where :meth:`head` then :meth:`get_task` take two; a transactional read
         costs twice the read units of a plain one, which for the small head item is 2 RRU."""
-        seq, record, _ = self._at_head(session_id, task_id, None)
-        return seq, record
+        seq, records, _ = self._at_head(session_id, [task_id], None)
+        return seq, records.get(task_id)
 
     def task_and_doc_at_head(
         self, session_id: str, task_id: str, key: str
     ) -> tuple[int, TaskRecord | None, Doc | None]:
         """:meth:`task_at_head` with a third item in the same ``TransactGetItems`` (up to 100
         are allowed), the document: one request where a :meth:`get_doc` first takes two."""
-        return self._at_head(session_id, task_id, key)
+        seq, records, doc = self._at_head(session_id, [task_id], key)
+        return seq, records.get(task_id), doc
+
+    def tasks_at_head(
+        self, session_id: str, task_ids: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord]]:
+        """:meth:`task_at_head` for up to 99 tasks (one ``TransactGetItems``), the head read
+        with its end as :meth:`load` reads it (:mod:`bide.aws.retention`)."""
+        check_at_head(task_ids)
+        seq, records, _ = self._at_head(session_id, task_ids, None, ends=True)
+        return seq, records
 
     def _at_head(
-        self, session_id: str, task_id: str, key: str | None
-    ) -> tuple[int, TaskRecord | None, Doc | None]:
+        self, session_id: str, task_ids: Sequence[str], key: str | None, *, ends: bool = False
+    ) -> tuple[int, dict[str, TaskRecord], Doc | None]:
         self._check_open()
+        names = {"#seq": "seq", "#exp": EXPIRES_AT}  # and the end's, for a run (tasks_at_head)
+        names |= {"#ended": ENDED_AT, "#stamped": STAMPED} if ends else {}
         head: TransactGetItemTypeDef = {
             "Get": {
                 "TableName": self.table_name,
                 "Key": {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": HEAD_SORT_KEY}},
-                "ProjectionExpression": "#seq, #exp",
-                "ExpressionAttributeNames": {"#seq": "seq", "#exp": EXPIRES_AT},
+                "ProjectionExpression": ", ".join(names),
+                "ExpressionAttributeNames": names,
             }
         }
-        sort_keys = [TASK_PREFIX + task_id]
+        ids = list(dict.fromkeys(task_ids))
+        sort_keys = [TASK_PREFIX + task_id for task_id in ids]
         if key is not None and fits_sort_key(DOC_PREFIX + key):  # else no document can be there
             sort_keys.append(DOC_PREFIX + key)
         gets: list[TransactGetItemTypeDef] = [head]
@@ -536,14 +555,19 @@ class DynamoDBStore(Retaining):
             "task_at_head", lambda: self._ddb.transact_get_items(TransactItems=gets)
         )
         now = self._ends.now()
-        head_item, task, doc = [*(r.get("Item") for r in out["Responses"]), None][:3]
+        head_item, *items = [*(r.get("Item") for r in out["Responses"]), None]
         if not head_item or expired(head_item, now):
-            return 0, None, None  # never written, or expired: gone (bide.aws.retention)
+            if ends:
+                self._ends.read(session_id, 0, None)
+            return 0, {}, None  # never written, or expired: gone (bide.aws.retention)
         seq = int(head_item["seq"]["N"])
-        task, doc = (None if not i or expired(i, now) else i for i in (task, doc))
-        self._views.saw(session_id, [(task_id, digest.live_wseq(task, now))])
-        record = None if task is None else TaskRecord.from_json(self._read_record(task))
-        return seq, record, None if doc is None else self._doc_from_item(doc)
+        if ends:
+            self._ends.read(session_id, seq, head_item)
+        found: list[Item | None] = [None if not i or expired(i, now) else i for i in items]
+        tasks, doc = dict(zip(ids, found, strict=False)), found[len(ids)]
+        self._views.saw(session_id, [(t, digest.live_wseq(i, now)) for t, i in tasks.items()])
+        records = {t: TaskRecord.from_json(self._read_record(i)) for t, i in tasks.items() if i}
+        return seq, records, None if doc is None or key is None else self._doc_from_item(doc)
 
     # --- reads ------------------------------------------------------------------------------
 
