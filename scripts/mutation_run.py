@@ -127,10 +127,29 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="wake-path-signal",
         path="shared/bide/service/signals.py",
-        find="        deps.queue.wake(session_id, _WAKE_REASON[decision.result])\n",
+        find=(
+            "        deps.queue.wake(session_id, _WAKE_REASON[decision.result], task=task_id, "
+            "owner=owner)\n"
+        ),
         replace="        pass\n",
         tests=("tests/test_proof_aws_crashes.py",),
         what="a delivered signal queues no wake for its session",
+    ),
+    Mutant(
+        name="targeted-pass-owner-ignored",
+        path="shared/bide/engine/partial.py",
+        find="    return not cascade_pending(record, {owner.id: owner})\n",
+        replace="    return True\n",
+        tests=("tests/test_targeted_pass.py",),
+        what="a signal's task runs alone although an abort mark is on its way from its owner",
+    ),
+    Mutant(
+        name="targeted-pass-acts-on-alarm",
+        path="shared/bide/service/worker.py",
+        find="        if done.partial:\n",
+        replace="        if False:\n",
+        tests=("tests/test_targeted_pass.py",),
+        what="the alarm is armed from a targeted pass's wake, which speaks for one task only",
     ),
     Mutant(
         name="wake-path-stale-alarm",
