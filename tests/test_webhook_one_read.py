@@ -301,10 +301,11 @@ def test_refusals_keep_their_order_on_the_one_read(bench: Bench) -> None:
 #: wakes, up to the task's next wait (tests/test_request_counts.py has the same by task id).
 WEBHOOK_THEN_WAIT = Counter(
     {
-        "dynamodb:TransactGetItems": 1,  # the signal function: binding, head and task together
+        # The signal function: binding, head and task together; then the worker's targeted
+        # read of the head, the task and its owner (its wake names the task: no live Query).
+        "dynamodb:TransactGetItems": 2,
         "dynamodb:TransactWriteItems": 3,  # its commit; the worker's wake and its next sleep
         "sqs:SendMessage": 1,  # the signal function's wake
-        "dynamodb:Query": 1,  # the worker's load
     }
 )
 
