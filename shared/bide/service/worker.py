@@ -14,12 +14,12 @@ How the wake path meets AWS (see docs/architecture.md, "Wake path on AWS"):
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from ..constants import SCHEDULER_PRECISION_SECONDS, STOP_AT_SERVICE
 from ..engine.harness import Harness
 from ..engine.rules import Wake
 from ..engine.state import Sleeping
+from ..engine.values import FrozenValue, value_class
 from .deps import Deps
 from .retention import finish_end
 
@@ -29,22 +29,41 @@ from .retention import finish_end
 POLL_SECONDS = 5.0
 
 
-@dataclass(frozen=True)
-class WorkerRun:
+@value_class
+class WorkerRun(FrozenValue):
     """What one worker run did: the session's wake and what was armed."""
 
+    __slots__ = ("action", "session_id", "wake")
     session_id: str
     wake: Wake
     action: str  # "requeued" | "armed" | "disarmed" | "idle" (no alarm existed, none needed)
 
+    def __init__(self, session_id: str, wake: Wake, action: str) -> None:
+        object.__setattr__(self, "session_id", session_id)
+        object.__setattr__(self, "wake", wake)
+        object.__setattr__(self, "action", action)
 
-@dataclass(frozen=True)
-class _Pass:
+
+@value_class
+class _Pass(FrozenValue):
+    __slots__ = ("loaded_at", "may_have_alarm", "seq", "stopped", "wake")
     wake: Wake
     seq: int
     may_have_alarm: bool
     loaded_at: float | None  # the earliest sleep deadline as loaded (what was last armed)
     stopped: bool  # cut off at stop_at: running work was put back
+
+    def __init__(
+        self, wake: Wake, seq: int, may_have_alarm: bool, loaded_at: float | None, stopped: bool
+    ) -> None:
+        for name, value in (
+            ("wake", wake),
+            ("seq", seq),
+            ("may_have_alarm", may_have_alarm),
+            ("loaded_at", loaded_at),
+            ("stopped", stopped),
+        ):
+            object.__setattr__(self, name, value)
 
 
 async def run_session(
