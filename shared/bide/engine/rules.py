@@ -11,6 +11,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from .budgets import check_signal_budget
+from .decisions import SignalDecision as SignalDecision  # decided here, defined there
+from .decisions import Wake as Wake
+from .decisions import Wakeup as Wakeup
 from .errors import InvalidPark, InvalidWait
 from .failures import SignalFailure, failure_errors
 from .limits import check_signal_depth, check_signal_value
@@ -27,14 +30,10 @@ from .state import (
     Waiting,
     WakeExpired,
     WakeHeartbeat,
-    WakeReason,
     WakeSignal,
     WakeTasks,
     WakeTime,
 )
-from .values import FrozenValue, value_class
-
-_set = object.__setattr__  # a frozen value's fields, at build
 
 OutcomeOf = Callable[[str], Outcome | None]
 """Looks up a task's outcome: None while the task is live (or completing)."""
@@ -46,27 +45,6 @@ def bump(record: TaskRecord, **changes: Any) -> TaskRecord:
 
 
 # --- signals ---------------------------------------------------------------------------------
-
-
-@value_class
-class SignalDecision(FrozenValue):
-    """What a delivery does: the result, the record to write (delivered only), and for
-    ``invalid`` which fields failed and why."""
-
-    __slots__ = ("errors", "record", "result")
-    result: SignalResult
-    record: TaskRecord | None
-    errors: tuple[dict[str, str], ...]
-
-    def __init__(
-        self,
-        result: SignalResult,
-        record: TaskRecord | None = None,
-        errors: tuple[dict[str, str], ...] = (),
-    ) -> None:
-        _set(self, "result", result)
-        _set(self, "record", record)
-        _set(self, "errors", errors)
 
 
 STREAM_SUFFIX = ".*"
@@ -314,20 +292,6 @@ def owner_chain(record: TaskRecord, live: Mapping[str, TaskRecord]) -> Iterable[
 # --- waking ----------------------------------------------------------------------------------
 
 
-@value_class
-class Wakeup(FrozenValue):
-    """A parked task that may run again: why, and its slots with the ones the wake consumes
-    or expires marked so (the reservation moves final slots off the record)."""
-
-    __slots__ = ("signals", "wake")
-    wake: WakeReason
-    signals: Mapping[str, SignalSlot]
-
-    def __init__(self, wake: WakeReason, signals: Mapping[str, SignalSlot]) -> None:
-        _set(self, "wake", wake)
-        _set(self, "signals", signals)
-
-
 def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
     """First listed key holding an unused value wins; otherwise the deadline, which expires
     every listed key with no value: ``until`` (:class:`WakeExpired`, also when a missed beat
@@ -453,23 +417,6 @@ def abandoned(record: TaskRecord, now: float, mine: Collection[str], *, at_open:
 
 
 # --- liveness --------------------------------------------------------------------------------
-
-
-@value_class
-class Wake(FrozenValue):
-    """Whether the session must keep running now, and when it must run next otherwise.
-
-    ``active``: something is runnable (or running). ``at``: the earliest deadline of a
-    sleep, or None. A session parked only on signals is neither active nor has an ``at``.
-    """
-
-    __slots__ = ("active", "at")
-    active: bool
-    at: float | None
-
-    def __init__(self, active: bool, at: float | None) -> None:
-        _set(self, "active", active)
-        _set(self, "at", at)
 
 
 def compute_wake(
