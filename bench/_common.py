@@ -1,5 +1,5 @@
 """What the benches share: fake AWS, boto3 clients, Lambda's SQS records, medians, table rows,
-a store wrapper that counts what passes through it.
+a store wrapper that counts what passes through it, the workflow body that waits for ever.
 
 Not a bench itself: ``make bench`` runs ``bench/bench_*.py`` and this name does not match.
 The benches put ``bench/`` on the path by being run from it, so they import it as
@@ -16,8 +16,12 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from pydantic import BaseModel
+
 from bide.engine.records import TaskRecord
+from bide.engine.signals import SignalToken
 from bide.engine.store import Doc, SessionSnapshot, Store, StoreWrapper
+from bide.workflow import WorkflowTool, define_workflow_tool
 
 REGION = "us-east-1"
 # Fake credentials, no config or credentials file, no instance metadata: nothing a bench does
@@ -158,6 +162,14 @@ class Counting(StoreWrapper):
         self._count(record)
         return seq, record
 
+    def tasks_at_head(
+        self, session_id: str, task_ids: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord]]:
+        seq, records = self.inner.tasks_at_head(session_id, task_ids)
+        self.read += sum(len(r.to_json().encode()) for r in records.values())
+        self.records_read += len(records)
+        return seq, records
+
     def task_and_doc_at_head(
         self, session_id: str, task_id: str, key: str
     ) -> tuple[int, TaskRecord | None, Doc | None]:
@@ -205,3 +217,23 @@ class Counting(StoreWrapper):
 def doc_bytes(doc: Doc) -> int:
     """A document's key and JSON body, in bytes."""
     return len(doc.key.encode()) + len(json.dumps(doc.body, separators=(",", ":")).encode())
+
+
+# --- the workflow body the benches time ---------------------------------------------------------
+
+
+def wait_in_body_tool(
+    signal: SignalToken[Any], args: type[BaseModel], description: str
+) -> WorkflowTool:
+    """The workflow tool ``wait_in_body``: its body waits on ``signal`` for keys k0, k1, k2, ...
+    for ever, one operation (two memos) a wait. One builder, so the SDK comparison
+    (``bench_durable_sdk``) and the rounds counted on moto (``_workflow_rounds``) time the
+    same body."""
+
+    async def wait_in_body(args: Any, ctx: Any) -> Any:
+        n = 0
+        while True:
+            await ctx.wait_for(signal, f"k{n}")
+            n += 1
+
+    return define_workflow_tool("wait_in_body", description, args, wait_in_body)

@@ -1,10 +1,11 @@
 """One workflow body's signal -> next wait, counted on moto (``bench_requests_history.py``).
 
-The body is ``bench_durable_sdk.py``'s: a workflow tool whose body awaits
-``ctx.wait_for(REPLY, f"k{n}")`` for n = 0, 1, 2, ... for ever (one operation per wait, two memos
-per operation: its record and its resolution). History is built as the task loop's is: the
-same app runs N rounds on an in-memory SQLite store, uncounted, and the tool task's record
-and its sealed memo pages are then committed as they stand into the DynamoDB store on moto.
+The body is ``bench_durable_sdk.py``'s (``_common.wait_in_body_tool``): a workflow tool whose
+body awaits ``ctx.wait_for(REPLY, f"k{n}")`` for n = 0, 1, 2, ... for ever (one operation per
+wait, two memos per operation: its record and its resolution). History is built as the task
+loop's is: the same app runs N rounds on an in-memory SQLite store, uncounted, and the tool
+task's record and its sealed memo pages are then committed as they stand into the DynamoDB
+store on moto.
 A round is the signal function's ``deliver`` and the worker's run of the wake, as for the
 task loop.
 
@@ -16,8 +17,8 @@ worker process would find it.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
+from _common import wait_in_body_tool
 from bench_aws_requests import APP, REPLY, Looper, Napper, NoArgs, Stack, Tally
 
 from bide import Harness, RandomIds, SQLiteStore, TaskRecord
@@ -25,25 +26,13 @@ from bide.app import App
 from bide.engine import memo_pages
 from bide.service import signals as signal_service
 from bide.tools import ToolRegistry
-from bide.workflow import define_workflow_tool
 
 WARM = "workflow signal -> next wait"
 COLD = "workflow, cold worker"
 
 
-async def wait_in_body(args: NoArgs, ctx: Any) -> Any:
-    """A workflow body that waits for k0, k1, k2, ... for ever: one operation per wait."""
-    n = 0
-    while True:
-        await ctx.wait_for(REPLY, f"k{n}")
-        n += 1
-
-
 FLOW_TOOLS = ToolRegistry(
-    [
-        *APP.tools.tools,
-        define_workflow_tool("wait_in_body", "Wait for replies in a body", NoArgs, wait_in_body),
-    ]
+    [*APP.tools.tools, wait_in_body_tool(REPLY, NoArgs, "Wait for replies in a body")]
 )
 FLOW_APP = App(tasks=[Looper, Napper], signals=[REPLY], tools=FLOW_TOOLS)
 

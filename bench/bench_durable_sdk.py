@@ -76,7 +76,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from _common import load_line, median_ms, n_heads, row, timed_run
+from _common import load_line, median_ms, n_heads, row, timed_run, wait_in_body_tool
 from _sdk_side import SdkProcess
 from bench_engine import TICK, Cycler, Waiter, build_session
 from pydantic import BaseModel
@@ -85,7 +85,6 @@ from bide import Harness, ManualClock, SequentialIds, SignalResult, SQLiteStore,
 from bide.engine.store.base import Store
 from bide.engine.store.wrapper import StoreWrapper
 from bide.tools import Sleep, ToolRegistry, define_tool
-from bide.workflow import define_workflow_tool
 
 HISTORY = (10, 100, 1_000)
 TRIALS = 15  # timed rounds per history length and series (after one warm-up round)
@@ -114,18 +113,10 @@ async def wait_in_turn(args: NoArgs, api: Any) -> Any:
     return Sleep(checkpoint=n + 1, signals=[TICK.key(f"k{n}")])
 
 
-async def wait_in_body(args: NoArgs, ctx: Any) -> Any:
-    """A workflow body that waits for k0, k1, k2, ... for ever: one operation per wait."""
-    n = 0
-    while True:
-        await ctx.wait_for(TICK, f"k{n}")
-        n += 1
-
-
 TOOLS = ToolRegistry(
     [
         define_tool("wait_in_turn", "Wait for ticks", NoArgs, wait_in_turn),
-        define_workflow_tool("wait_in_body", "Wait for ticks in a body", NoArgs, wait_in_body),
+        wait_in_body_tool(TICK, NoArgs, "Wait for ticks in a body"),
     ]
 )
 

@@ -8,7 +8,8 @@ wake), then the worker runs the session until it is parked again (the woken task
 value and sleeps on its next key; the others stay parked). Measured:
 
   SQLite (in memory)    a ``Deps`` over ``SQLiteStore``; the worker is ``service.worker.
-                        run_session``, once per queued wake. Time: median of SQLITE_TRIALS
+                        run_session``, once per queued wake, with the task the wake names
+                        (a signal's: the worker's targeted pass). Time: median of SQLITE_TRIALS
                         rounds (the sizes take turns, after a warm-up round each), with no
                         counting in the timed rounds; records and bytes of JSON read and
                         written: from separate rounds through a counting store wrapper.
@@ -19,8 +20,8 @@ value and sleeps on its next key; the others stay parked). Measured:
                         hooks), the items the live index's Query returned, DynamoDB request
                         units estimated from item sizes under AWS's rules, the live local index's
                         writes included (``cost_meter.Meter``, the metering of
-                        ``bench_cost.py``), and the session head's size (its ``live`` manifest
-                        lists every live task). moto cannot report consumed capacity (it answers
+                        ``bench_cost.py``), and the session head's size (a digest of the
+                        live tasks: constant). moto cannot report consumed capacity (it answers
                         ``ReturnConsumedCapacity`` with a fixed figure), so units come from item
                         sizes. Time: separate rounds without counting; moto's Query walks
                         every item of the partition in Python, so its times are moto's.
@@ -111,13 +112,16 @@ def check_parked(store: Store, target: Target) -> None:
 
 
 class Wakes:
-    """The wake queue of the SQLite host: the worker runs each queued session."""
+    """The wake queue of the SQLite host: the worker runs each queued session, with the task
+    a signal's wake names (as the worker's entry point reads it from the message)."""
 
     def __init__(self) -> None:
-        self.queued: list[str] = []
+        self.queued: list[tuple[str, tuple[str, str | None] | None]] = []
 
-    def wake(self, session_id: str, reason: str) -> None:
-        self.queued.append(session_id)
+    def wake(
+        self, session_id: str, reason: str, *, task: str | None = None, owner: str | None = None
+    ) -> None:
+        self.queued.append((session_id, None if task is None else (task, owner)))
 
 
 class NoAlarms:
@@ -138,7 +142,8 @@ async def host_round(deps: Deps, wakes: Wakes, target: Target) -> float:
     )
     runs = 0
     while wakes.queued:
-        await run_session(deps, wakes.queued.pop(0))
+        session, focus = wakes.queued.pop(0)
+        await run_session(deps, session, focus=focus)
         runs += 1
     elapsed = time.perf_counter() - began
     assert decision.result.value == "delivered" and runs == 1, (decision, runs)

@@ -44,10 +44,26 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="commit-condition-dynamodb",
         path="shared/bide/aws/head.py",
-        find='_HEAD_AT_EXPECTED_SEQ: Final = "#seq = :expected"',
-        replace='_HEAD_AT_EXPECTED_SEQ: Final = "#seq >= :expected"',
+        find='_HEAD_AT_EXPECTED_SEQ: Final = "#seq = :expected AND attribute_not_',
+        replace='_HEAD_AT_EXPECTED_SEQ: Final = "#seq >= :expected AND attribute_not_',
         tests=("tests/test_proof_races.py",),
         what="a DynamoDB commit lands over a newer head (lost update)",
+    ),
+    Mutant(
+        name="live-digest-unchecked",
+        path="shared/bide/aws/dynamodb.py",
+        find="consistent = digest.digest_of(found) == summary",
+        replace="consistent = True",
+        tests=("tests/test_dynamodb_digest.py",),
+        what="a DynamoDB load returns a torn Query as a snapshot",
+    ),
+    Mutant(
+        name="live-digest-old-term-kept",
+        path="shared/bide/aws/digest.py",
+        find="n, dsum = n - 1, dsum - term(r.id, old)",
+        replace="n, dsum = n - 1, dsum",
+        tests=("tests/test_dynamodb_digest.py",),
+        what="a commit's digest change keeps a rewritten task's old version",
     ),
     Mutant(
         name="commit-condition-sqlite",
@@ -111,10 +127,29 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="wake-path-signal",
         path="shared/bide/service/signals.py",
-        find="        deps.queue.wake(session_id, _WAKE_REASON[decision.result])\n",
+        find=(
+            "        deps.queue.wake(session_id, _WAKE_REASON[decision.result], task=task_id, "
+            "owner=owner)\n"
+        ),
         replace="        pass\n",
         tests=("tests/test_proof_aws_crashes.py",),
         what="a delivered signal queues no wake for its session",
+    ),
+    Mutant(
+        name="targeted-pass-owner-ignored",
+        path="shared/bide/engine/partial.py",
+        find="    return not cascade_pending(record, {owner.id: owner})\n",
+        replace="    return True\n",
+        tests=("tests/test_targeted_pass.py",),
+        what="a signal's task runs alone although an abort mark is on its way from its owner",
+    ),
+    Mutant(
+        name="targeted-pass-acts-on-alarm",
+        path="shared/bide/service/worker.py",
+        find="        if done.partial:\n",
+        replace="        if False:\n",
+        tests=("tests/test_targeted_pass.py",),
+        what="the alarm is armed from a targeted pass's wake, which speaks for one task only",
     ),
     Mutant(
         name="wake-path-stale-alarm",

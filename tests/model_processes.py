@@ -32,8 +32,9 @@ class HarnessProcesses:
         """Run ``coro`` to its end on the machine's loop."""
         return self.loop.run_until_complete(coro)
 
-    def new_harness(self) -> Harness:
-        """A harness (a process) for the session, not yet attached."""
+    def new_harness(self, focus: tuple[str, str | None] | None = None) -> Harness:
+        """A harness (a process) for the session, not yet attached; with ``focus``, one that
+        opens on that task alone when it may (a worker's targeted pass for a signal's wake)."""
         return Harness(
             self.store,
             self.session,
@@ -42,7 +43,22 @@ class HarnessProcesses:
             ids=self.ids,
             restart_limit=RESTART_LIMIT,
             lease_seconds=LEASE,
+            focus=focus,
         )
+
+    def targeted_pass(self, task_id: str, owner: str | None) -> bool:
+        """A worker's targeted pass for a signal's wake to ``task_id`` (``owner``: the id the
+        wake names with it), in a process of its own; whether it stayed partial."""
+
+        async def targeted() -> bool:
+            h = self.new_harness(focus=(task_id, owner))
+            await h.open()
+            await h.run_until_parked()
+            partial = h.partial
+            await h.close()
+            return partial
+
+        return bool(self.run(targeted()))
 
     def open_harness(self) -> Harness:
         """A process that opens the session (and so recovers what a dead one left)."""

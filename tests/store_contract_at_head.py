@@ -1,6 +1,7 @@
 """The Store contract's part on reading a task and a document with the head
 (:meth:`bide.engine.store.Store.task_and_doc_at_head`: what the IAM signal routes read, the
-session's owner document with the head and the task): mixed into
+session's owner document with the head and the task), and several tasks with the head
+(:meth:`~bide.engine.store.Store.tasks_at_head`: a targeted worker pass): mixed into
 :class:`store_contract.StoreContract`, so every store runs it (SQLite, DynamoDB on moto and
 on DynamoDB Local)."""
 
@@ -10,8 +11,10 @@ import threading
 import uuid
 from typing import Any
 
+import pytest
+
 from bide.engine.records import TaskRecord
-from bide.engine.state import Pending
+from bide.engine.state import Completed, Pending, Terminal
 from bide.engine.store.base import Doc, Store
 
 
@@ -90,3 +93,52 @@ class AtHeadContract:
             t.join(timeout=60)
         assert not failed and not any(t.is_alive() for t in threads), failed
         assert seen and all(n == body == seq - 1 for seq, n, body in seen), seen
+
+    def test_tasks_at_head_reads_the_seq_and_several_tasks_together(self, store: Store) -> None:
+        # What a targeted worker pass reads (bide.engine.partial): the head, the task and its
+        # owner in one read; a task the session does not have is left out.
+        sid = _sid()
+        assert store.tasks_at_head(sid, ["a", "b"]) == (0, {})
+        a, b = _task("a", sid), _task("b", sid, 1)
+        store.commit(sid, 0, [a, b])
+        store.commit(sid, 1, [], [Doc("other", 1)])
+        assert store.tasks_at_head(sid, ["a", "b"]) == (2, {"a": a, "b": b})
+        assert store.tasks_at_head(sid, ["b", "missing"]) == (2, {"b": b})
+        assert store.tasks_at_head(sid, ["a", "a"]) == (2, {"a": a})  # an id twice: read once
+        assert store.tasks_at_head(sid, []) == (2, {})
+        ended = a.replace(state=Terminal(outcome=Completed(result=None)), rev=a.rev + 1)
+        store.commit(sid, 2, [ended])
+        assert store.tasks_at_head(sid, ["a"]) == (3, {"a": ended})  # live or ended
+        with pytest.raises(ValueError, match="at most 99 tasks"):
+            store.tasks_at_head(sid, [f"t{n}" for n in range(100)])
+
+    def test_tasks_at_head_never_mixes_two_commits(self, store: Store, other_store: Store) -> None:
+        # Commit n writes both tasks with n: a read at seq s sees s - 1 in both.
+        sid = _sid()
+        store.commit(sid, 0, [_task("a", sid, 0), _task("b", sid, 0)])
+        commits = 12
+        seen: list[tuple[int, int, int]] = []
+        failed: list[BaseException] = []
+
+        def writer() -> None:
+            for n in range(1, commits + 1):
+                store.commit(sid, n, [_task("a", sid, n), _task("b", sid, n)])
+
+        def reader() -> None:
+            for _ in range(3 * commits):
+                seq, found = other_store.tasks_at_head(sid, ["a", "b"])
+                seen.append((seq, found["a"].memos["n"], found["b"].memos["n"]))
+
+        def guarded(target: Any) -> None:
+            try:
+                target()
+            except BaseException as exc:  # reported below
+                failed.append(exc)
+
+        threads = [threading.Thread(target=guarded, args=(t,)) for t in (writer, reader)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not failed and not any(t.is_alive() for t in threads), failed
+        assert seen and all(a == b == seq - 1 for seq, a, b in seen), seen

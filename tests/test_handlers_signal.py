@@ -322,17 +322,18 @@ def test_unsigned_webhook_type_and_json_checks(bench: Bench) -> None:
 
 def test_a_signal_queues_one_wake_after_its_value_is_stored(bench: Bench, monkeypatch) -> None:
     sid, task_id = parked_napper(bench)
-    seen: list[tuple[str, int]] = []
+    seen: list[tuple[str, int, str | None]] = []
     real_wake = bench.deps.queue.wake
 
-    def wake(session_id: str, reason: str) -> None:
-        seen.append((reason, bench.seq(session_id)))
-        real_wake(session_id, reason)
+    def wake(session_id: str, reason: str, *, task=None, owner=None) -> None:
+        seen.append((reason, bench.seq(session_id), task))
+        real_wake(session_id, reason, task=task, owner=owner)
 
     seq = bench.seq(sid)
     monkeypatch.setattr(bench.deps.queue, "wake", wake)
     assert bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "once"}))[0] == 202
-    assert seen == [("signal", seq + 1)]  # one wake, queued once the value is stored
+    # One wake, queued once the value is stored, naming the task (the worker runs it alone).
+    assert seen == [("signal", seq + 1, task_id)]
     assert bench.drain() == 1  # one worker run
     assert outcome(bench, sid, task_id).result["values"] == {"k": "once"}
 
@@ -376,7 +377,7 @@ def test_the_handler_dying_after_the_store_before_the_wake_is_woken_by_the_retry
     sid, task_id = parked_napper(bench)
     seq = bench.seq(sid)
 
-    def crash(session_id: str, reason: str) -> None:
+    def crash(session_id: str, reason: str, **_focus: str | None) -> None:
         raise RuntimeError("the signal function died before its wake")
 
     monkeypatch.setattr(bench.deps.queue, "wake", crash)
@@ -388,7 +389,8 @@ def test_the_handler_dying_after_the_store_before_the_wake_is_woken_by_the_retry
     monkeypatch.undo()
     status, body = bench.post_signal(signal_event(sid, task_id, SIGNAL, "k", {"text": "again"}))
     assert (status, body["result"]) == (200, "duplicate")
-    assert bench.queued() == [{"session_id": sid, "reason": "signal-retried"}]
+    # The retry's wake names the task too (a duplicate wrote nothing: its owner is not known).
+    assert bench.queued() == [{"session_id": sid, "reason": "signal-retried", "task": task_id}]
     bench.drain()
     assert outcome(bench, sid, task_id).result["values"] == {"k": "first"}
 

@@ -306,10 +306,10 @@ def test_no_lost_wakeup_when_a_worker_runs_between_the_store_and_the_wake(
     real_wake = bench.deps.queue.wake
     batches: list[int] = []
 
-    def worker_first(session_id: str, reason: str) -> None:
+    def worker_first(session_id: str, reason: str, **focus: str | None) -> None:
         real_wake(session_id, "alarm")  # some other wake, queued just before the signal's
         batches.append(bench.drain_in_thread())
-        real_wake(session_id, reason)
+        real_wake(session_id, reason, **focus)
 
     monkeypatch.setattr(bench.deps.queue, "wake", worker_first)
     assert deliver(bench, sid, task_id, "raced") == 202

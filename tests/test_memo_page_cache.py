@@ -8,40 +8,16 @@ got from a page does not change the page."""
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 from typing import Any
 
 import pytest
 from kit import ANSWER, run
-from test_workflow_support import Note, Tools
+from memo_page_kit import PageReads, hooked, listed_hooks, page_record, parked
 
 from bide import SQLiteStore
 from bide.engine import memo_pages
 from bide.engine.memo_pages import PageCache, SealedCache
-from bide.engine.records import TaskRecord
-from bide.engine.state import Pending
 from bide.testing import Crash, FaultyStore
-from bide.testing import StoreWrapper as _Wrapper
-from bide.workflow import define_workflow_tool
-
-
-class PageReads(_Wrapper):
-    """Counts the sealed pages read from the store (one by one, or listed)."""
-
-    def __init__(self, inner) -> None:
-        super().__init__(inner)
-        self.reads: Counter[str] = Counter()
-
-    def get_doc(self, session_id, key):
-        if key.startswith(memo_pages.PREFIX):
-            self.reads[key] += 1
-        return self.inner.get_doc(session_id, key)
-
-    def list_docs(self, session_id, prefix, *, start_after=None, limit=None):
-        found = self.inner.list_docs(session_id, prefix, start_after=start_after, limit=limit)
-        if prefix.startswith(memo_pages.PREFIX):
-            self.reads.update(doc.key for doc in found)
-        return found
 
 
 def _cached_pages(store: Any, task_id: str) -> list[Any]:
@@ -64,10 +40,7 @@ def _waiter(total: int, version: dict[str, int], changed_at: int):
 
 async def _history(waits: int, version: dict[str, int], changed_at: int, store, total: int):
     """A body that waited on k0..k(waits-1) and is parked on k(waits), on a fresh harness."""
-    t = await Tools(define_workflow_tool("w", "", Note, _waiter(total, version, changed_at)),
-                    store=store).start()  # fmt: skip
-    call = await t.call("w", {})
-    await t.h.run_until_parked()
+    t, call, _ = await parked(_waiter(total, version, changed_at), store=store, min_pages=0)
     for i in range(waits):
         assert await t.h.signal(call, ANSWER, f"k{i}", ANSWER.schema(text="v")) == "delivered"
         await t.h.run_until_parked()
@@ -152,10 +125,7 @@ def test_two_stores_with_the_same_ids_never_share_pages():
     # Same session id, task ids (sequential) and created times (manual clock): only the
     # store tells their pages apart.
     async def one(label: str) -> str:
-        t = await Tools(define_workflow_tool("w", "", Note, _stepper(label))).start()
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
-        assert t.h.task(call).memo_pages > 0
+        t, call, _ = await parked(_stepper(label))
         await t.reopen()
         assert await t.h.signal(call, ANSWER, "go", ANSWER.schema(text="v")) == "delivered"
         await t.h.run_until_parked()
@@ -165,33 +135,20 @@ def test_two_stores_with_the_same_ids_never_share_pages():
     assert run(one("b")) == "b0,b1,b2"
 
 
-def _record(created_at: float) -> TaskRecord:
-    return TaskRecord(
-        id="t-1",
-        session_id="s1",
-        kind="k",
-        version=1,
-        state=Pending(checkpoint="p"),
-        created_at=created_at,
-        memo_pages=1,
-    )
-
-
 def test_a_task_id_used_again_after_its_session_expired_never_gets_the_old_pages():
     # A session id may start afresh once its session expired (bide.aws.retention); a keyed
     # task then has the same id again, created later.
     cache = PageCache(max_pages=10, max_bytes=10**6)
+    first, later = page_record(created_at=100.0), page_record(created_at=200.0)
     bodies = {"old": {"memos": {"m": "old"}}, "new": {"memos": {"m": "new"}}}
     old = SealedCache(lambda key: bodies["old"], scope=(1, "s1"), pages=cache)
-    assert old.find(_record(100.0), "m") == "old"
+    assert old.find(first, "m") == "old"
     new = SealedCache(lambda key: bodies["new"], scope=(1, "s1"), pages=cache)
-    assert new.find(_record(200.0), "m") == "new"
+    assert new.find(later, "m") == "new"
     again = SealedCache(lambda key: None, scope=(1, "s1"), pages=cache)  # served by the cache
-    assert again.find(_record(100.0), "m") == "old"
-    assert again.find(_record(200.0), "m") == "old"  # this invocation read page 0 already
-    assert SealedCache(lambda key: None, scope=(1, "s1"), pages=cache).find(
-        _record(200.0), "m"
-    ) == ("new")
+    assert again.find(first, "m") == "old"
+    assert again.find(later, "m") == "old"  # this invocation read page 0 already
+    assert SealedCache(lambda key: None, scope=(1, "s1"), pages=cache).find(later, "m") == ("new")
 
 
 def test_a_page_sealed_by_a_commit_that_failed_never_enters_the_cache():
@@ -202,10 +159,7 @@ def test_a_page_sealed_by_a_commit_that_failed_never_enters_the_cache():
     version = {"v": 1}
 
     async def go():
-        t = await Tools(define_workflow_tool("w", "", Note, _waiter(60, version, -1)),
-                        store=store).start()  # fmt: skip
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
+        t, call, _ = await parked(_waiter(60, version, -1), store=store, min_pages=0)
         with contextlib.suppress(Crash):
             for i in range(60):
                 await t.h.signal(call, ANSWER, f"k{i}", ANSWER.schema(text="v"))
@@ -238,10 +192,7 @@ def test_what_a_body_changes_in_a_value_from_a_page_does_not_change_the_page():
         return "done"
 
     async def go():
-        t = await Tools(define_workflow_tool("w", "", Note, body)).start()
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
-        assert t.h.task(call).memo_pages > 0
+        t, call, _ = await parked(body)
         for key in ("a", "b"):
             await t.reopen()
             assert await t.h.signal(call, ANSWER, key, ANSWER.schema(text="v")) == "delivered"
@@ -261,33 +212,21 @@ def test_a_page_is_cached_at_the_size_its_seal_recorded_and_an_older_one_is_meas
         memo_pages.page_key("t-1", 2): {"memos": {"c": 2}, "bytes": True},  # not a count
     }
     sealed = SealedCache(bodies.get, scope=(1, "s1"), pages=cache)
-    record = _record(100.0).replace(memo_pages=3)
+    record = page_record(3)
     assert sealed.find(record, "c") == 2
     assert cache.bytes == 7 + len('{"b":1}') + len('{"c":2}')
 
 
 def test_the_webhook_listing_reads_sealed_pages_through_the_process_cache():
-    from bide.service.hooks import live_webhooks
-    from bide.tools.webhook_keys import keys_of
-
-    async def body(args, ctx):
-        hook = await ctx.webhook(name="callback")  # operation 1: sealed by the steps after
-        for i in range(memo_pages.PAGE_MEMOS):
-            await ctx.step(lambda i=i: i, name=f"s{i}")
-        return await hook
-
     store = PageReads(SQLiteStore())
 
     async def go():
-        t = await Tools(define_workflow_tool("hooked", "", Note, body), store=store).start()
-        call = await t.call("hooked", {})
-        await t.h.run_until_parked()
-        assert t.h.task(call).memo_pages >= 1
+        t, _, _ = await parked(hooked(memo_pages.PAGE_MEMOS), store=store, name="hooked")
         listed = []
         for _ in range(2):
             await t.reopen()  # a new harness: its own document cache is empty
-            store.reads.clear()
-            listed.append(live_webhooks(t.h, "http://127.0.0.1:1", keys_of(t.h.services)))
+            store.clear()
+            listed.append(listed_hooks(t))
             assert not store.reads, store.reads  # the run cached its pages as it sealed them
         return listed
 

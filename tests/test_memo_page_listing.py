@@ -10,34 +10,12 @@ from typing import Any
 
 import pytest
 from kit import ANSWER, run
-from test_workflow_support import Note, Tools
+from memo_page_kit import PageReads, go_cold, hooked, listed_hooks, page_record, parked
 
 from bide import SQLiteStore
 from bide.engine import memo_pages
 from bide.engine.memo_pages import MISSING, PageCache, SealedCache
-from bide.engine.records import TaskRecord
-from bide.engine.state import Pending
 from bide.engine.store.base import Doc
-from bide.testing import StoreWrapper
-from bide.workflow import define_workflow_tool
-
-
-class PageRequests(StoreWrapper):
-    """Counts the store requests that read sealed pages: one-page reads and listings."""
-
-    def __init__(self, inner) -> None:
-        super().__init__(inner)
-        self.gets = 0
-        self.listings: list[tuple[str | None, int | None]] = []
-
-    def get_doc(self, session_id, key):
-        self.gets += key.startswith(memo_pages.PREFIX)
-        return self.inner.get_doc(session_id, key)
-
-    def list_docs(self, session_id, prefix, *, start_after=None, limit=None):
-        if prefix.startswith(memo_pages.PREFIX):
-            self.listings.append((start_after, limit))
-        return self.inner.list_docs(session_id, prefix, start_after=start_after, limit=limit)
 
 
 def test_a_cold_replay_of_a_long_body_reads_its_pages_in_one_listing(monkeypatch):
@@ -52,37 +30,19 @@ def test_a_cold_replay_of_a_long_body_reads_its_pages_in_one_listing(monkeypatch
         await ctx.wait_for(ANSWER, "go")
         return ",".join(got)
 
-    store = PageRequests(SQLiteStore())
+    store = PageReads(SQLiteStore())
 
     async def go():
-        t = await Tools(define_workflow_tool("w", "", Note, body), store=store).start()
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
-        pages = t.h.task(call).memo_pages
-        assert pages >= 8, pages
-        # A worker that cached nothing: a fresh process cache, a fresh harness.
-        monkeypatch.setattr(memo_pages, "PAGES", PageCache(max_pages=2048, max_bytes=8 << 20))
-        await t.reopen()
-        store.gets, store.listings = 0, []
+        t, call, pages = await parked(body, store=store, min_pages=8)
+        await go_cold(t, monkeypatch)
+        store.clear()
         assert await t.h.signal(call, ANSWER, "go", ANSWER.schema(text="v")) == "delivered"
         await t.h.run_until_parked()
         assert t.result(call).text == ",".join(first_run)
-        assert store.listings == [(None, pages)] and store.gets == 0, (store.listings, store.gets)
+        assert store.listings == [(None, pages)] and not store.gets, (store.listings, store.gets)
         assert len(memo_pages.PAGES) == pages  # every committed page cached, once
 
     run(go())
-
-
-def _record(pages: int) -> TaskRecord:
-    return TaskRecord(
-        id="t-1",
-        session_id="s1",
-        kind="k",
-        version=1,
-        state=Pending(checkpoint="p"),
-        created_at=100.0,
-        memo_pages=pages,
-    )
 
 
 class Pages:
@@ -115,7 +75,7 @@ def test_a_listed_page_past_the_adopted_count_is_not_used_or_cached():
     store = Pages([0, 2])
     sealed = SealedCache(store.get_doc, (1, "s1"), cache, list_docs=store.list_docs)
     with pytest.raises(LookupError, match="sealed memo page 1 of task 't-1' is missing"):
-        sealed.among(_record(3), 2, "m2")  # a draft sealed page 2; 2 pages are committed
+        sealed.among(page_record(3), 2, "m2")  # a draft sealed page 2; 2 pages are committed
     assert store.listings == [(None, 2)]
     assert store.gets == [memo_pages.page_key("t-1", 1)]  # the one the listing lacked
     assert [key[-1] for key in cache.held()] == [0]  # type: ignore[index]
@@ -125,9 +85,9 @@ def test_a_page_sealed_by_a_later_commit_stays_unread_until_a_record_counts_it()
     cache = PageCache(max_pages=10, max_bytes=10**6)
     store = Pages([0, 1, 2])
     sealed = SealedCache(store.get_doc, (1, "s1"), cache, list_docs=store.list_docs)
-    assert sealed.find(_record(2), "m2") is MISSING  # the adopted record counts two pages
+    assert sealed.find(page_record(2), "m2") is MISSING  # the adopted record counts two pages
     assert [key[-1] for key in cache.held()] == [0, 1]  # type: ignore[index]
-    assert sealed.find(_record(3), "m2") == 2  # a later record counts page 2: read then
+    assert sealed.find(page_record(3), "m2") == 2  # a later record counts page 2: read then
     assert store.listings == [(None, 2), (memo_pages.page_key("t-1", 1), 1)]
     assert not store.gets
 
@@ -136,36 +96,23 @@ def test_only_the_pages_the_cache_lacks_are_listed():
     cache = PageCache(max_pages=10, max_bytes=10**6)
     store = Pages([0, 1, 2, 3, 4])
     warm = SealedCache(store.get_doc, (1, "s1"), cache, list_docs=store.list_docs)
-    assert warm.find(_record(2), "m1") == 1  # caches pages 0 and 1
+    assert warm.find(page_record(2), "m1") == 1  # caches pages 0 and 1
     store.listings.clear()
     cold = SealedCache(store.get_doc, (1, "s1"), cache, list_docs=store.list_docs)
-    assert cold.every(_record(5)) == {f"m{n}": n for n in range(5)}
+    assert cold.every(page_record(5)) == {f"m{n}": n for n in range(5)}
     assert store.listings == [(memo_pages.page_key("t-1", 1), 3)] and not store.gets
 
 
 def test_a_cold_webhook_listing_reads_the_sealed_pages_in_one_listing(monkeypatch):
-    from bide.service.hooks import live_webhooks
-    from bide.tools.webhook_keys import keys_of
-
-    async def body(args, ctx):
-        hook = await ctx.webhook(name="callback")  # operation 1: sealed by the steps after
-        for i in range(3 * memo_pages.PAGE_MEMOS):
-            await ctx.step(lambda i=i: i, name=f"s{i}")
-        return await hook
-
-    store = PageRequests(SQLiteStore())
+    store = PageReads(SQLiteStore())
 
     async def go():
-        t = await Tools(define_workflow_tool("hooked", "", Note, body), store=store).start()
-        call = await t.call("hooked", {})
-        await t.h.run_until_parked()
-        pages = t.h.task(call).memo_pages
-        assert pages >= 3, pages
-        monkeypatch.setattr(memo_pages, "PAGES", PageCache(max_pages=2048, max_bytes=8 << 20))
-        await t.reopen()
-        store.gets, store.listings = 0, []
-        listed = live_webhooks(t.h, "http://127.0.0.1:1", keys_of(t.h.services))
-        assert [h["name"] for h in listed] == ["callback"]
-        assert store.listings == [(None, pages)] and store.gets == 0, (store.listings, store.gets)
+        t, _, pages = await parked(
+            hooked(3 * memo_pages.PAGE_MEMOS), store=store, name="hooked", min_pages=3
+        )
+        await go_cold(t, monkeypatch)
+        store.clear()
+        assert [h["name"] for h in listed_hooks(t)] == ["callback"]
+        assert store.listings == [(None, pages)] and not store.gets, (store.listings, store.gets)
 
     run(go())

@@ -10,12 +10,10 @@ from typing import Any
 
 from aws_fixtures import FaultyClient, aws_bench  # noqa: F401  (a fixture)
 from kit import ANSWER, run
-from test_workflow_support import Note, Tools
+from memo_page_kit import go_cold, parked
 
 from bide.aws.table import DOC_PREFIX, SORT_KEY
 from bide.engine import memo_pages
-from bide.engine.memo_pages import PageCache
-from bide.workflow import define_workflow_tool
 
 PAGE_ITEMS = DOC_PREFIX + memo_pages.PREFIX
 
@@ -41,14 +39,8 @@ def test_a_cold_replay_on_dynamodb_reads_its_pages_in_one_query(aws_bench, monke
     client = FaultyClient(aws_bench.ddb)
 
     async def go():
-        tool = define_workflow_tool("w", "", Note, body)
-        t = await Tools(tool, store=aws_bench.store(client)).start()
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
-        pages = t.h.task(call).memo_pages
-        assert pages >= 4, pages
-        monkeypatch.setattr(memo_pages, "PAGES", PageCache(max_pages=2048, max_bytes=8 << 20))
-        await t.reopen()
+        t, call, _ = await parked(body, store=aws_bench.store(client), min_pages=4)
+        await go_cold(t, monkeypatch)
         client.calls.clear()
         assert await t.h.signal(call, ANSWER, "go", ANSWER.schema(text="v")) == "delivered"
         await t.h.run_until_parked()

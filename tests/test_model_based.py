@@ -227,16 +227,40 @@ class EngineMachine(StopsMidPhase, HarnessProcesses, RuleBasedStateMachine):
         self.deliver(task_id, tok, key, value)
 
     @precondition(lambda self: any(t.status == "sleeping" and t.keys for t in self.model.live()))
-    @rule(data=st.data(), then_run=st.booleans())
-    def signal_listened(self, data: st.DataObject, then_run: bool) -> None:
+    @rule(data=st.data(), then_run=st.sampled_from(["no", "full", "targeted"]))
+    def signal_listened(self, data: st.DataObject, then_run: str) -> None:
         """A key some sleep lists right now (the race with its deadline included), and often
-        the worker run that the delivery triggers."""
+        the worker run that the delivery triggers: a full pass, or the targeted pass a
+        signal's wake makes (the task alone), followed by the session's other wakes."""
         sleepers = [t for t in self.model.live() if t.status == "sleeping" and t.keys]
         t = data.draw(st.sampled_from(sleepers))
         tok, key = data.draw(st.sampled_from(t.keys))
         self.deliver(t.id, tok, key, self.fresh_value())
-        if then_run:
+        if then_run == "full":
             self.run_until_parked()
+        elif then_run == "targeted":
+            self.targeted_run(t.id)
+
+    @precondition(lambda self: bool(self.model.tasks))
+    @rule(data=st.data())
+    def targeted_wake(self, data: st.DataObject) -> None:
+        """A signal's wake for any task (live or ended, or an unknown id), arriving whenever:
+        its value may be stored already, come later, or have been refused."""
+        self.targeted_run(data.draw(st.sampled_from(sorted(self.model.tasks) + UNKNOWN_IDS)))
+
+    def targeted_run(self, task_id: str) -> None:
+        """The worker's targeted pass on ``task_id``, then a full pass: together they must
+        leave the store where the model's run leaves it (nothing lost, nothing run twice)."""
+        now = self.clock.now()
+        self.model.open(now)
+        self.model.run_until_parked(now)
+        self.trap.calls = 0
+        partial = self.targeted_pass(task_id, None)
+        event(f"targeted pass ({'stayed partial' if partial else 'loaded the session'})")
+        # The session's other wakes: this machine's process runs it (and so sees what the
+        # targeted pass wrote: its view is never left stale for the next rule).
+        got = self.run(self.harness.run_until_parked())
+        assert got == self.model.wake(now), f"targeted, then full: {got}"
 
     @precondition(lambda self: bool(self.model.live()))
     @rule(data=st.data())

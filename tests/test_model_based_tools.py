@@ -145,6 +145,20 @@ class FamilyMachine(HarnessProcesses, RuleBasedStateMachine):
             self.run(self.harness.close())
         self.harness = self.open_harness()
 
+    @precondition(lambda self: bool(self.store.written))
+    @rule(data=st.data(), hint=st.sampled_from(["owner", "owner", "none", "wrong"]))
+    def targeted_wake(self, data: st.DataObject, hint: str) -> None:
+        """A signal's wake for one task (a kid, a call, a family), run as the worker runs it:
+        a pass on that task alone when it may (its owner read with it), widened to the whole
+        session by an end, a wait or a child created; then the session's other wakes. The wake
+        may name the owner (as the signal route does), none (a duplicate's) or a wrong one."""
+        task_id = data.draw(st.sampled_from(sorted(self.store.written)))
+        record = self.observer().task(task_id)
+        owner = {"owner": record.owner, "none": None, "wrong": task_id}[hint] if record else None
+        self.trap.calls = 0
+        partial = self.targeted_pass(task_id, owner)
+        event(f"family: targeted pass ({'stayed partial' if partial else 'loaded the session'})")
+
     @rule()
     def settle(self) -> None:
         """Time passes and a worker runs the session until nothing is left to do: every task

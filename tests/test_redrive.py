@@ -165,3 +165,18 @@ def test_the_local_worker_dead_letters_a_poison_wake_and_redrive_sends_it_back(
             assert stack.status()["dead_letters"] == 0
 
     asyncio.run(scenario())
+
+
+def test_a_redriven_signal_wake_runs_the_whole_session(sqs) -> None:
+    # A signal's wake names its task (the worker runs it alone); sent back after it was dead-
+    # lettered, it is a wake of the whole session: whatever failed may lie elsewhere.
+    from bide.aws.sqs import wake_body
+
+    client, dlq_url, queue_url = sqs
+    SqsDeadLetters(client, dlq_url).dead_letter(
+        "a", wake_body("a", "signal", task="t-1", owner="t-0"), reason("boom")
+    )
+    redrive = SqsRedrive(client, dlq_url, queue_url)
+    assert [d.session_id for d in redrive.redrive(lambda d: True)] == ["a"]
+    (back,) = received(client, queue_url)
+    assert json.loads(back["Body"]) == {"session_id": "a", "reason": "signal"}

@@ -22,10 +22,11 @@ from bench_aws_requests import Tally, build_stack, fake_aws
 
 SIGNAL_THEN_WAIT = Counter(
     {
-        "dynamodb:TransactGetItems": 1,  # the signal function: the head and the task together
+        # The signal function: the head and the task together; then the worker's targeted
+        # pass (its wake names the task): the head and that task alone, no Query of the rest.
+        "dynamodb:TransactGetItems": 2,
         "dynamodb:TransactWriteItems": 3,  # its commit; the worker's wake and its next sleep
         "sqs:SendMessage": 1,  # the signal function's wake
-        "dynamodb:Query": 1,  # the worker's load
     }
 )
 TIMED_THEN_REPARK = Counter(

@@ -1,5 +1,6 @@
-"""The settings' own checks (bide.service.config, no validation library): every problem is
-named at once, by variable, with what it must hold and why the value is refused."""
+"""The settings' own checks (bide.service.settings, imported through bide.service.config; no
+validation library): every problem is named at once, by variable, with what it must hold and
+why the value is refused."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from bide.engine.state import WakeExpired, WakeTime
 from bide.engine.store.base import Doc, SessionSnapshot
 from bide.engine.tasks import TaskDefinition, TaskView, define_task
 from bide.engine.values import field_names
-from bide.service import config, worker
+from bide.service import settings, worker
 from bide.service.deps import Deps
 from bide.service.http import API, RouteGroup
 from bide.service.owners import Caller
@@ -77,13 +77,14 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
         {"session_id": "t", "wake": None, "action": "idle"},
     ),
     (
-        worker._Pass(Wake(False, None), 1, False, None, False),
+        worker._Pass(Wake(False, None), 1, False, None, False, False),
         {
             "wake": Wake(True, 1.0),
             "seq": 2,
             "may_have_alarm": True,
             "loaded_at": 1.0,
             "stopped": True,
+            "partial": True,
         },
     ),
     (
@@ -98,7 +99,7 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
         },
     ),
     (
-        config._Rule("V", "m"),
+        settings._Rule("V", "m"),
         {
             "var": "W",
             "meaning": "n",

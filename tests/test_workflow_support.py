@@ -109,7 +109,7 @@ class Queue:
     def __init__(self) -> None:
         self.wakes: list[tuple[str, str]] = []
 
-    def wake(self, session_id: str, reason: str) -> None:
+    def wake(self, session_id: str, reason: str, **_focus: str | None) -> None:
         self.wakes.append((session_id, reason))
 
 

@@ -84,6 +84,13 @@ class PoisonStore:
             raise RuntimeError(f"poisoned session {session_id}")
         return self.inner.load(session_id)
 
+    def tasks_at_head(self, session_id: str, task_ids: Any) -> Any:
+        """Fail for the poisoned session: a worker's targeted pass reads this, not a load."""
+        if session_id == self.poisoned:
+            self.refused += 1
+            raise RuntimeError(f"poisoned session {session_id}")
+        return self.inner.tasks_at_head(session_id, task_ids)
+
 
 @dataclass
 class Fleet:

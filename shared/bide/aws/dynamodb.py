@@ -3,12 +3,14 @@
 :class:`DynamoDBStore` holds the reads and the commit: what each Store operation asks of
 DynamoDB, and the condition expressions that make a commit safe. Every commit is one
 ``TransactWriteItems``: the head, conditioned on the expected seq, plus one unconditional Put
-per task and per document, and one ``ConditionCheck`` per key the commit requires absent, so a
+per document, one Put per task conditioned on the task's old state as the head's digest
+assumes it, and one ``ConditionCheck`` per key the commit requires absent, so a
 commit holds at most :data:`~bide.engine.store.base.MAX_COMMIT_ITEMS` (99) of them together.
 
 Each of the other parts is its own argument, in its own module: :mod:`bide.aws.table` (the
 table, its item layout and DynamoDB's limits, :func:`table_definition`, :func:`create_table`),
-:mod:`bide.aws.head` (the head's conditioned write and its manifest of live tasks),
+:mod:`bide.aws.head` (the head's conditioned write), :mod:`bide.aws.digest` (the head's
+constant-size digest of its live tasks, and the guesses a commit needs to move it),
 :mod:`bide.aws.offload` (items from records and documents, and the S3 offload of large ones)
 and :mod:`bide.aws.retry` (retries with backoff, which errors are transient, conflicts and the
 ``ClientRequestToken`` that makes a resent commit apply at most once). The names other code
@@ -31,12 +33,18 @@ from typing import TYPE_CHECKING, Final
 
 from ..engine.errors import CommitTooLarge, ConflictError, DocumentExists, StoreUnavailable
 from ..engine.records import TaskRecord
-from ..engine.store.base import MAX_COMMIT_ITEMS, Doc, SessionSnapshot, check_absent
-from . import offload, table
+from ..engine.store.base import (
+    MAX_COMMIT_ITEMS,
+    Doc,
+    SessionSnapshot,
+    check_absent,
+    check_at_head,
+)
+from . import digest, offload, refusals, table
 from .absent import absent_check, present
 from .head import head_action
 from .offload import DEFAULT_OFFLOAD_THRESHOLD, S3Offload
-from .retention import ENDED_AT, EXPIRES_AT, Retaining, expired
+from .retention import ENDED_AT, EXPIRES_AT, STAMPED, Retaining, expired
 from .retry import ChecksFailed, Retrier, new_client, request_token, transact
 from .table import (
     DOC_PREFIX,
@@ -80,13 +88,20 @@ __all__ = [
     "table_definition",
 ]
 
+# A commit is sent at most this many times: learning the session's end or the head's format
+# takes one more send, learning wrong guesses of its tasks' old states another; after that
+# the caller must reload (a ConflictError), which refreshes every guess.
+_COMMIT_SENDS: Final = 4
+
 # --- conditions -----------------------------------------------------------------------------
 
 # A key the commit requires absent is one ConditionCheck, named in bide.aws.absent.
 
-# Task Puts carry no condition of their own on purpose: the head's condition decides for the
-# whole transaction, and a per-task condition would only add ways to fail that we would have
-# to classify.
+# Task Puts carry the old state the digest's delta assumes (bide.aws.digest.task_guard). The
+# head's seq guard alone would make the delta exact only if the guesses were known to be of
+# that very seq; they are guesses from earlier reads (or none, for an id never read), so each
+# is checked where it is used. A failed one is not a conflict: the head held, the item comes
+# back in the cancellation, and the commit is sent again knowing it (bide.aws.refusals).
 
 # Load reads the head and the live tasks of one session, all of them in the sparse index.
 _SESSION_PARTITION: Final = "#pk = :pk"
@@ -151,6 +166,7 @@ class DynamoDBStore(Retaining):
             client = new_client("dynamodb")
         self._ddb: DynamoDBClient = client
         self._offload = S3Offload(bucket, s3_client, self._retry)
+        self._views = digest.LiveViews()
         self._closed = False
 
     # --- Store protocol ---------------------------------------------------------------------
@@ -161,12 +177,15 @@ class DynamoDBStore(Retaining):
         A Query is only *read-committed* with respect to transactions: while a commit is being
         applied it may return some of that commit's items new and others old, and re-reading
         the head afterwards does not close the gap (two single-item reads may be serialized on
-        different sides of one transaction). So the check is on the data itself: the head
-        carries the manifest of its live set, ``{task id: seq of the commit that last wrote
-        it}``. A task is written at most once per commit, so (id, wseq) names exactly one
-        version of a record; when the Query returns exactly the manifest's ids at exactly the
-        manifest's wseqs, the snapshot *is* the committed state at the head's seq, whatever
-        interleaving happened. Anything else (a commit landed mid-read) is read again.
+        different sides of one transaction). So the check is on the data itself. A task is
+        written at most once per commit, so (id, wseq) names exactly one version of a record,
+        and the head carries what its live set of such pairs is: their count and a sum of
+        80-bit hashes of them (:mod:`bide.aws.digest`), a few numbers whatever the set's size.
+        When the Query's live items match both, the snapshot *is* the committed state at the
+        head's seq, whatever interleaving happened (a torn Query matches by chance with a
+        probability of about 2**-80). Anything else (a commit landed mid-read) is read again.
+        A head written before the digest lists the pairs themselves (``live = {task id:
+        wseq}``) and is checked against that list.
         """
         self._check_open()
         for attempt in range(1, self._retry.max_attempts + 1):
@@ -187,9 +206,17 @@ class DynamoDBStore(Retaining):
                 self._ends.read(session_id, 0, None)
                 return SessionSnapshot(session_id, 0, {})  # expired: as never written
             seq = 0 if head is None else int(head["seq"]["N"])
-            manifest = {} if head is None else table.manifest(head)
-            if found == manifest:
+            summary = None if head is None else digest.head_digest(head)
+            legacy = head is not None and summary is None
+            if head is None:
+                consistent = not found
+            elif summary is None:  # a head from before the digest: its list of live tasks
+                consistent = found == table.manifest(head)
+            else:
+                consistent = digest.digest_of(found) == summary
+            if consistent:
                 self._ends.read(session_id, seq, head)
+                self._views.loaded(session_id, seq, found, legacy)
                 tasks = {
                     table.task_id(i): TaskRecord.from_json(self._read_record(i)) for i in task_items
                 }
@@ -213,7 +240,9 @@ class DynamoDBStore(Retaining):
             lambda: self._ddb.get_item(TableName=self.table_name, Key=key, ConsistentRead=True),
         )
         item = out.get("Item")
-        if item is None or expired(item, self._ends.now()):
+        now = self._ends.now()
+        self._views.saw(session_id, [(task_id, digest.live_wseq(item, now))])
+        if item is None or expired(item, now):
             return None
         return TaskRecord.from_json(self._read_record(item))
 
@@ -287,7 +316,8 @@ class DynamoDBStore(Retaining):
             bucket=self.bucket,
         )
         new_seq = expected_seq + 1
-        for resend in (False, True):
+        view = self._views.get(session_id)
+        for send in range(1, _COMMIT_SENDS + 1):
             end = self._ends.end_of(session_id, expected_seq, documents)
             # One token for every attempt of this commit, so a resent commit never applies
             # twice (a resend below is another commit: the first was not applied).
@@ -296,9 +326,15 @@ class DynamoDBStore(Retaining):
                 if p.offload:
                     self._offload.put(p, ended=end.expires_at is not None)
             now = math.floor(self._ends.now())
-            head = head_action(self.table_name, session_id, expected_seq, token, records, end, now)
+            olds, change = digest.plan(view, expected_seq, records)
+            guards = {
+                r.id: digest.task_guard(old, now) for r, old in zip(records, olds, strict=True)
+            }
+            head = head_action(self.table_name, session_id, expected_seq, token, change, end, now)
             actions = [head]
-            actions += [self._put_action(session_id, new_seq, p, end.expires_at) for p in prepared]
+            actions += [
+                self._put_action(session_id, new_seq, p, end.expires_at, guards) for p in prepared
+            ]
             actions += [absent_check(self.table_name, session_id, k, now) for k in checked]
             try:
                 self._retry.run(
@@ -309,20 +345,41 @@ class DynamoDBStore(Retaining):
                 )
             except ChecksFailed as exc:
                 first = len(actions) - len(checked)  # the checks come last
+                failed_checks = [(i, item) for i, item in exc.failed if i >= first]
+                if not failed_checks:
+                    if send == _COMMIT_SENDS:
+                        raise ConflictError(session_id, expected_seq, None) from None
+                    # Only task guesses were wrong (the tasks come right after the head).
+                    view = refusals.learn_tasks(
+                        self._views, session_id, view, records, exc.failed, now, self._raw_item
+                    )
+                    continue
                 found = present(
-                    exc, checked, first, lambda k: self.get_doc(session_id, k), self._doc_from_item
+                    ChecksFailed(failed_checks),
+                    checked,
+                    first,
+                    lambda k: self.get_doc(session_id, k),
+                    self._doc_from_item,
                 )
                 if found is None:  # gone since (expired): decide again after a reload
                     raise ConflictError(session_id, expected_seq, None) from None
                 raise DocumentExists(session_id, found) from None
             except ConflictError as exc:
-                if resend or not end.guessed or exc.actual_seq != expected_seq:
+                if send == _COMMIT_SENDS or exc.actual_seq != expected_seq:
                     raise
                 # Not a newer commit: the session is ended and this store had not seen it
-                # (the guard refused to write unstamped items). Learn its end, then resend.
-                self.head(session_id)
+                # (the guard refused to write unstamped items), or the head is of another
+                # format than guessed. Learn both from the head, then resend.
+                head_item = self._raw_item(session_id, HEAD_SORT_KEY)
+                learned = refusals.learn_head(
+                    self._views, self._ends, session_id, expected_seq, end, change, head_item
+                )
+                if learned is None:
+                    raise
+                view = learned
                 continue
             self._ends.committed(session_id, new_seq, end)
+            self._views.committed(session_id, records, new_seq)
             return new_seq
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -421,12 +478,30 @@ class DynamoDBStore(Retaining):
     # --- commit -----------------------------------------------------------------------------
 
     def _put_action(
-        self, session_id: str, new_seq: int, p: offload.Prepared, expires_at: int | None
+        self,
+        session_id: str,
+        new_seq: int,
+        p: offload.Prepared,
+        expires_at: int | None,
+        guards: dict[str, dict[str, object]],
     ) -> TransactWriteItemTypeDef:
         item = offload.to_item(session_id, p, new_seq, self.bucket)
         if expires_at is not None:
             item[EXPIRES_AT] = {"N": str(expires_at)}
-        return {"Put": {"TableName": self.table_name, "Item": item}}
+        guard = {} if p.record is None else guards[p.record.id]
+        return {"Put": {"TableName": self.table_name, "Item": item, **guard}}  # type: ignore[typeddict-item]
+
+    def _raw_item(self, session_id: str, sort_key: str) -> Item | None:
+        """One item as stored (strongly consistent), for a commit learning why it was refused."""
+        key: dict[str, AttributeValueTypeDef] = {
+            PARTITION_KEY: {"S": session_id},
+            SORT_KEY: {"S": sort_key},
+        }
+        out = self._retry.run(
+            "commit",
+            lambda: self._ddb.get_item(TableName=self.table_name, Key=key, ConsistentRead=True),
+        )
+        return out.get("Item")
 
     def task_at_head(self, session_id: str, task_id: str) -> tuple[int, TaskRecord | None]:
         """The sequence number and one task in one ``TransactGetItems``: "a serializable
@@ -434,29 +509,42 @@ class DynamoDBStore(Retaining):
         (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactGetItems.html).
         One request where :meth:`head` then :meth:`get_task` take two; a transactional read
         costs twice the read units of a plain one, which for the small head item is 2 RRU."""
-        seq, record, _ = self._at_head(session_id, task_id, None)
-        return seq, record
+        seq, records, _ = self._at_head(session_id, [task_id], None)
+        return seq, records.get(task_id)
 
     def task_and_doc_at_head(
         self, session_id: str, task_id: str, key: str
     ) -> tuple[int, TaskRecord | None, Doc | None]:
         """:meth:`task_at_head` with a third item in the same ``TransactGetItems`` (up to 100
         are allowed), the document: one request where a :meth:`get_doc` first takes two."""
-        return self._at_head(session_id, task_id, key)
+        seq, records, doc = self._at_head(session_id, [task_id], key)
+        return seq, records.get(task_id), doc
+
+    def tasks_at_head(
+        self, session_id: str, task_ids: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord]]:
+        """:meth:`task_at_head` for up to 99 tasks (one ``TransactGetItems``), the head read
+        with its end as :meth:`load` reads it (:mod:`bide.aws.retention`)."""
+        check_at_head(task_ids)
+        seq, records, _ = self._at_head(session_id, task_ids, None, ends=True)
+        return seq, records
 
     def _at_head(
-        self, session_id: str, task_id: str, key: str | None
-    ) -> tuple[int, TaskRecord | None, Doc | None]:
+        self, session_id: str, task_ids: Sequence[str], key: str | None, *, ends: bool = False
+    ) -> tuple[int, dict[str, TaskRecord], Doc | None]:
         self._check_open()
+        names = {"#seq": "seq", "#exp": EXPIRES_AT}  # and the end's, for a run (tasks_at_head)
+        names |= {"#ended": ENDED_AT, "#stamped": STAMPED} if ends else {}
         head: TransactGetItemTypeDef = {
             "Get": {
                 "TableName": self.table_name,
                 "Key": {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": HEAD_SORT_KEY}},
-                "ProjectionExpression": "#seq, #exp",
-                "ExpressionAttributeNames": {"#seq": "seq", "#exp": EXPIRES_AT},
+                "ProjectionExpression": ", ".join(names),
+                "ExpressionAttributeNames": names,
             }
         }
-        sort_keys = [TASK_PREFIX + task_id]
+        ids = list(dict.fromkeys(task_ids))
+        sort_keys = [TASK_PREFIX + task_id for task_id in ids]
         if key is not None and fits_sort_key(DOC_PREFIX + key):  # else no document can be there
             sort_keys.append(DOC_PREFIX + key)
         gets: list[TransactGetItemTypeDef] = [head]
@@ -467,13 +555,19 @@ class DynamoDBStore(Retaining):
             "task_at_head", lambda: self._ddb.transact_get_items(TransactItems=gets)
         )
         now = self._ends.now()
-        head_item, task, doc = [*(r.get("Item") for r in out["Responses"]), None][:3]
+        head_item, *items = [*(r.get("Item") for r in out["Responses"]), None]
         if not head_item or expired(head_item, now):
-            return 0, None, None  # never written, or expired: gone (bide.aws.retention)
+            if ends:
+                self._ends.read(session_id, 0, None)
+            return 0, {}, None  # never written, or expired: gone (bide.aws.retention)
         seq = int(head_item["seq"]["N"])
-        task, doc = (None if not i or expired(i, now) else i for i in (task, doc))
-        record = None if task is None else TaskRecord.from_json(self._read_record(task))
-        return seq, record, None if doc is None else self._doc_from_item(doc)
+        if ends:
+            self._ends.read(session_id, seq, head_item)
+        found: list[Item | None] = [None if not i or expired(i, now) else i for i in items]
+        tasks, doc = dict(zip(ids, found, strict=False)), found[len(ids)]
+        self._views.saw(session_id, [(t, digest.live_wseq(i, now)) for t, i in tasks.items()])
+        records = {t: TaskRecord.from_json(self._read_record(i)) for t, i in tasks.items() if i}
+        return seq, records, None if doc is None or key is None else self._doc_from_item(doc)
 
     # --- reads ------------------------------------------------------------------------------
 

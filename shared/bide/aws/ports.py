@@ -28,8 +28,12 @@ class Alarms(Protocol):
 class WakeQueue(Protocol):
     """Wakes a session as soon as possible, one worker per session at a time."""
 
-    def wake(self, session_id: str, reason: str) -> None:
-        """Ask for a worker run of the session."""
+    def wake(
+        self, session_id: str, reason: str, *, task: str | None = None, owner: str | None = None
+    ) -> None:
+        """Ask for a worker run of the session. ``task`` (with its ``owner``, if any): the
+        run is owed to that task alone (a signal delivered to it), so the worker may run it
+        without loading the rest of the session (``bide.service.worker``)."""
         ...
 
 

@@ -22,10 +22,13 @@ class SqsWakeQueue:
         self.client = client
         self.queue_url = queue_url
 
-    def wake(self, session_id: str, reason: str) -> None:
-        """Enqueue a wake. Each wake is a distinct message (never deduplicated away): a
+    def wake(
+        self, session_id: str, reason: str, *, task: str | None = None, owner: str | None = None
+    ) -> None:
+        """Enqueue a wake (naming ``task``, and its ``owner``, for a signal's: see
+        :func:`wake_body`). Each wake is a distinct message (never deduplicated away): a
         duplicate run of a session is harmless, a lost one is not."""
-        self.send(session_id, json.dumps({"session_id": session_id, "reason": reason}))
+        self.send(session_id, wake_body(session_id, reason, task=task, owner=owner))
 
     def send(self, session_id: str, body: str) -> None:
         """Enqueue ``body`` in the session's message group with a fresh deduplication id (an
@@ -89,6 +92,49 @@ def parse_dead_letter(body: str) -> tuple[str, dict[str, Any] | None]:
         reason = data.get("reason")
         return str(data["wake"]), reason if isinstance(reason, dict) else None
     return body, None
+
+
+def wake_body(
+    session_id: str, reason: str, *, task: str | None = None, owner: str | None = None
+) -> str:
+    """A wake message: ``{"session_id", "reason"}``, plus ``"task"`` (and that task's
+    ``"owner"``, when it has one) for a wake that only that task needs: a signal's. The worker
+    then runs that task alone (:func:`wake_focus`); every other wake runs the whole session."""
+    data: dict[str, str] = {"session_id": session_id, "reason": reason}
+    if task is not None:
+        data["task"] = task
+        if owner is not None:
+            data["owner"] = owner
+    return json.dumps(data)
+
+
+def wake_focus(body: str) -> tuple[str, str | None] | None:
+    """The task a wake names and its owner (``(task, owner or None)``), or None for a wake of
+    the whole session (every wake but a signal's, and any message from before wakes named a
+    task). A malformed ``task`` or ``owner`` also gives None: a full pass is always correct."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    task = data.get("task") if isinstance(data, dict) else None
+    if not isinstance(task, str) or not task:
+        return None
+    owner = data.get("owner")
+    if owner is not None and (not isinstance(owner, str) or not owner):
+        return None
+    return task, owner
+
+
+def whole_session(body: str) -> str:
+    """``body`` without the task a signal's wake names: a wake sent again (a redriven dead
+    letter) runs the whole session, whatever it first stood for. Any other body unchanged."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(data, dict) or "task" not in data:
+        return body
+    return json.dumps({k: v for k, v in data.items() if k not in ("task", "owner")})
 
 
 def parse_wake(body: str) -> tuple[str, str]:

@@ -6,8 +6,11 @@ same table from :func:`table_definition`, so the deployed table and the store ca
 Item layout (``pk`` = session id):
 
 ``sk = "HEAD"``
-    The session head: ``seq``, the *live manifest* ``live = {task id: wseq}`` and ``txn``,
-    the request token of the commit that wrote it. Its index key ``lsk`` is ``"HEAD"``.
+    The session head: ``seq``, the digest of its live tasks (``n``, their count, and
+    ``dsum``, a sum of hashes of their (task id, wseq) pairs: :mod:`bide.aws.digest`) and
+    ``txn``, the request token of the commit that wrote it. Its index key ``lsk`` is
+    ``"HEAD"``. Heads written before the digest list the live tasks instead, ``live = {task
+    id: wseq}`` (:func:`manifest`), until their next commit converts them.
 ``sk = "T#<task id>"``
     One item per task, live or ended: the record's JSON in ``body`` (or a reference to an S3
     object holding it) and ``wseq``, the seq of the commit that wrote it. Live tasks also carry
@@ -131,6 +134,7 @@ def doc_key(item: Item) -> str:
 
 
 def manifest(head: Item) -> dict[str, int]:
-    """The head's live manifest: ``{task id: seq of the commit that last wrote it}``."""
+    """The live list of a head written before the digest: ``{task id: seq of the commit that
+    last wrote it}``."""
     live = head.get("live", {}).get("M", {})
     return {task_id: int(value["N"]) for task_id, value in live.items()}

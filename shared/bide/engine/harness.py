@@ -31,8 +31,9 @@ from .errors import (
     UnknownTaskKind,
 )
 from .ids import IdSource, RandomIds, keyed_id
-from .kernel import IN_INVOCATION, require_json
+from .kernel import IN_INVOCATION, ViewMoved, require_json
 from .kernel import Draft as Draft  # re-exported: callers building commits look for it here
+from .partial import read_focus
 from .records import TaskRecord
 from .rules import (
     SignalDecision,
@@ -73,6 +74,7 @@ class Harness:
         services: dict[str, Any] | None = None,
         lease_seconds: float | None = None,
         woken_after_writes: bool = False,
+        focus: tuple[str, str | None] | None = None,
     ) -> None:
         if lease_seconds is not None and not lease_seconds > 0:
             raise DefinitionError(f"lease_seconds must be > 0 (or None), not {lease_seconds!r}")
@@ -93,6 +95,10 @@ class Harness:
         lands, in a queue that runs the session again after this run (the service's wake
         queue). Then :meth:`run_until_parked` need not read the head before it reports that
         all is parked: a write it did not see has a wake of its own."""
+        self.focus = focus
+        """``(task id, its owner's id or None)``: ``open()`` reads that task alone when it
+        may (:mod:`bide.engine.partial`) and the run starts on that partial view; otherwise
+        it loads the whole session. For a run owed to one task (a signal's wake)."""
         self._defs: dict[tuple[str, int], TaskDefinition] = {}
         for definition in tasks:
             self.register(definition)
@@ -110,6 +116,8 @@ class Harness:
         self._outcome_waiters: dict[str, list[asyncio.Future[Outcome]]] = {}
         self._docs: dict[str, Any] = {}  # documents read or written at the current seq
         self._abort_events: dict[str, asyncio.Event] = {}
+        self._partial = False
+        self._loaded: dict[str, TaskRecord] = {}  # each live task as first read
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -129,11 +137,16 @@ class Harness:
         two leaves the rest for the next ``open()``."""
         if self._closed:
             raise HarnessClosed("this harness was closed; create a new one")
-        self._reload()
+        if self.focus is None or not self._load_focus(*self.focus):
+            self._reload()
         self._opened = True
         self._first_pass = True
-        while self._apply(lambda d: scheduler.recover_abandoned(self, d, at_open=True)):
-            pass
+        for _ in range(2):  # again when recovery loaded the whole session: recover it all
+            partial = self._partial
+            while self._apply(lambda d: scheduler.recover_abandoned(self, d, at_open=True)):
+                pass
+            if not partial or self._partial:
+                break
 
     async def attach(self) -> None:
         """Load the session to send commands (submit, signal, abort) without running it: unlike
@@ -337,6 +350,18 @@ class Harness:
         return dict(self._live)
 
     @property
+    def partial(self) -> bool:
+        """True while the view holds the focus task only: :meth:`wake` speaks for it alone.
+        False once anything needed the whole session (:mod:`bide.engine.partial`)."""
+        return self._partial
+
+    @property
+    def loaded_tasks(self) -> dict[str, TaskRecord]:
+        """Each live task as this harness first read it (by ``open()``, or by the load that
+        replaced a partial view), whatever it committed since."""
+        return dict(self._loaded)
+
+    @property
     def seq(self) -> int:
         """The session's sequence number as last seen."""
         return self._seq
@@ -425,7 +450,11 @@ class Harness:
                 if self._closed:
                     raise HarnessClosed("this harness was closed; create a new one")
                 draft = Draft(self)
-                result = change(draft)
+                try:
+                    result = change(draft)
+                except ViewMoved:
+                    attempts += 1  # the whole session is loaded now, at a newer seq
+                    continue
                 if not draft.writes and not draft.docs:
                     return result
                 check_commit(self._live, draft.writes.values(), draft.docs)  # ValueRefused
@@ -519,7 +548,29 @@ class Harness:
         snapshot = self.store.load(self.session_id)
         self._seq = snapshot.seq
         self._live = dict(snapshot.tasks)
+        if self._partial or not self._opened:  # the first whole view of the session
+            for task_id, record in snapshot.tasks.items():
+                self._loaded.setdefault(task_id, record)
+        self._partial = False
         self._changed.set()
+
+    def _load_focus(self, task_id: str, owner_id: str | None) -> bool:
+        """Adopt the task alone (True) when :func:`read_focus` allows, else read nothing more."""
+        found = read_focus(self.store, self.session_id, task_id, owner_id)
+        if found is None:
+            return False
+        self._seq, record = found
+        self._live, self._loaded, self._partial = {task_id: record}, {task_id: record}, True
+        return True
+
+    def _widen(self) -> None:
+        """Replace a partial view by the whole session. Raises :class:`ViewMoved` when the
+        session moved on since the partial view was read (a change decided on it is
+        decided again); at the same seq the records already held are the ones loaded."""
+        seq = self._seq
+        self._reload()
+        if self._seq != seq:
+            raise ViewMoved()
 
     def _fetch(self, task_id: str) -> TaskRecord | None:
         if task_id in self._ended:

@@ -65,6 +65,9 @@ class Kernel(Protocol):
     _changed: asyncio.Event
     _truncated: bool
     _docs: dict[str, Any]  # documents known at the adopted seq (None: known absent)
+    _partial: bool  # the adopted view holds some live tasks only (a targeted run)
+
+    def _widen(self) -> None: ...
 
     # The commit path: every write goes through ``_apply``.
     def _apply(self, change: Callable[[Draft], R]) -> R: ...
@@ -100,6 +103,13 @@ abort handler): the harness then turns a transient store error into
 :class:`~bide.engine.errors.StoreFailedMidRun`, which no ``except Exception`` catches."""
 
 
+class ViewMoved(BaseException):
+    """Raised while a change is decided on a partial view that had to be replaced by the
+    whole session, which had moved on since: :meth:`Harness._apply` decides the change
+    again on the new view. A BaseException, so no ``except Exception`` in code a change
+    calls (a commit builder) can swallow it."""
+
+
 class Draft:
     """The writes of one commit being built, over the harness's adopted view."""
 
@@ -121,8 +131,13 @@ class Draft:
         self.docs[key] = body
 
     def get(self, task_id: str) -> TaskRecord | None:
-        """The task as this commit would leave it, if live in memory."""
-        return self.writes.get(task_id) or self.harness._live.get(task_id)
+        """The task as this commit would leave it, if live in memory. On a partial view
+        a task it does not hold may be live anyway: the whole session is loaded first."""
+        found = self.writes.get(task_id) or self.harness._live.get(task_id)
+        if found is None and self.harness._partial:
+            self.harness._widen()  # ViewMoved when the session moved on meanwhile
+            found = self.harness._live.get(task_id)
+        return found
 
     def find(self, task_id: str) -> TaskRecord | None:
         """Like :meth:`get`, falling back to the store for ended tasks."""
@@ -175,7 +190,17 @@ class Draft:
         return decision
 
     def live(self) -> dict[str, TaskRecord]:
-        """Every live task as this commit would leave them."""
+        """Every live task as this commit would leave them (a partial view is replaced by
+        the whole session first)."""
+        if self.harness._partial:
+            self.harness._widen()  # ViewMoved when the session moved on meanwhile
+        return self.loaded()
+
+    def loaded(self) -> dict[str, TaskRecord]:
+        """The live tasks of the harness's view, partial or whole, as this commit would leave
+        them: for a rule that decides each task on itself and what the view holds of its
+        owner (the scheduler's reservations and recoveries, see
+        :func:`~bide.engine.partial.runs_alone`)."""
         merged = {**self.harness._live, **self.writes}
         return {k: v for k, v in merged.items() if v.live}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from . import memo_pages, slots
@@ -68,6 +68,13 @@ class Runtime:
         return self._h.session_id
 
     @property
+    def restarts(self) -> int:
+        """Restarts counted since the task last moved on (a park or a new checkpoint resets
+        them): above 0, an earlier run of this checkpoint was cut off."""
+        record = self._h._live.get(self._task_id)
+        return 0 if record is None else record.restarts
+
+    @property
     def aborted(self) -> bool:
         """True once the task carries an abort mark."""
         record = self._h._live.get(self._task_id)
@@ -92,8 +99,7 @@ class Runtime:
         def write(d: Draft) -> bool:
             self._holder(d)
             tx = _Tx(self._h, d, self._task_id, sealed=self._sealed)
-            for name, value in self._staged.items():
-                tx.memo(name, value)
+            self._write_staged(tx)
             new = state(tx) if callable(state) else state
             if new is None:  # side writes only (child tasks, signals, memos); state unchanged
                 self.progress.stage(tx, final=False, items=_items(d))
@@ -139,6 +145,9 @@ class Runtime:
         if record is None:
             return None, None
         a, b = self._sealed.find(record, first), self._sealed.find(record, second)
+        if b is memo_pages.MISSING and self._staged:  # held for the next commit (stage_memo)
+            a = self._staged.get(first, None) if a is memo_pages.MISSING else a
+            b = self._staged.get(second, b)
         return (None if a is memo_pages.MISSING else a), (None if b is memo_pages.MISSING else b)
 
     def recorded_memos(self) -> dict[str, Any]:
@@ -151,31 +160,60 @@ class Runtime:
         record = self._h._live.get(self._task_id)
         if record is None:
             return memo_pages.MISSING
-        return self._sealed.find(record, name)  # on the record, or sealed in a page
+        found = self._sealed.find(record, name)  # on the record, or sealed in a page
+        if found is memo_pages.MISSING:
+            # Held for the next commit (stage_memo): this run already decided it.
+            return self._staged.get(name, memo_pages.MISSING)
+        return found
 
     async def memo(self, name: str, candidate: Any = _MISSING) -> Any:
-        """First-writer-wins memo; durable when this returns."""
+        """First-writer-wins memo; durable when this returns (with ``candidate``; without
+        one, a memo held for the next commit is returned as held). Its commit carries the
+        memos held for the task's next commit (:meth:`stage_memo`)."""
         found = self._find(name)
-        if found is not memo_pages.MISSING:
+        if found is not memo_pages.MISSING and (candidate is _MISSING or name not in self._staged):
             return memo_pages.unshared(found)
         if candidate is _MISSING:
             return None
         require_json(candidate, f"memo {name!r}")
 
         def write(d: Draft) -> Any:
-            return _Tx(self._h, d, self._task_id, holder=self._holder, sealed=self._sealed).memo(
-                name, candidate
-            )
+            tx = _Tx(self._h, d, self._task_id, holder=self._holder, sealed=self._sealed)
+            self._write_staged(tx)
+            return tx.memo(name, candidate)
 
-        return self._h._apply(write)
+        written = self._h._apply(write)
+        self._staged.clear()
+        return written
 
     def stage_memo(self, name: str, value: Any) -> Any:
         """Write memo ``name`` (first writer wins) with the task's next commit, not alone: for
         a memo nothing outside the task sees before that commit, so a crash before it leaves
         what a crash before this call leaves (the run, replayed, writes it again). The value
-        staged first for ``name`` (this one, or an earlier call's not yet committed)."""
+        staged first for ``name`` (this one, or an earlier call's not yet committed).
+
+        Every commit of the run carries what is held (:meth:`commit`, :meth:`write`, a
+        :meth:`memo` it writes, a progress event), and this run's reads see it
+        (:meth:`recorded`); a caller about to act outside the task on what it holds commits
+        it first (:meth:`flush_staged`)."""
         require_json(value, f"memo {name!r}")
         return self._staged.setdefault(name, value)
+
+    @property
+    def holds_memos(self) -> bool:
+        """Whether memos are held for the next commit (:meth:`stage_memo`)."""
+        return bool(self._staged)
+
+    async def flush_staged(self) -> None:
+        """Commit the memos held for the next commit now, alone (side writes only): before
+        the run does something outside the task that may depend on them (a workflow step
+        runs its code). Nothing when none is held."""
+        if self._staged:
+            await self.commit(lambda tx: None)
+
+    def _write_staged(self, tx: _Tx) -> None:
+        for name, value in self._staged.items():
+            tx.memo(name, value)
 
     async def read_signal(
         self, token: SignalToken[T], key: str, *, read: bool = True
@@ -202,6 +240,14 @@ class Runtime:
         if slot.expired:
             return SignalExpired()
         return None
+
+    def unread_slots(self, names: Iterable[str]) -> frozenset[str]:
+        """The slots among ``names`` (the task's keys, :func:`~bide.engine.signals.slot_name`)
+        whose signal document this harness has not read, written or proven absent: a park
+        on them requires the document absent, and a park refused because one exists learns
+        it (then it is read)."""
+        known = self._h._docs
+        return frozenset(n for n in names if slots.doc_key(self._task_id, n) not in known)
 
     async def outcome(self, task_id: str) -> Outcome | None:
         """Another task's outcome once terminal."""
@@ -234,15 +280,19 @@ class Runtime:
     # --- internals ---------------------------------------------------------------------------
 
     def _flush_progress(self, write: Callable[[_Tx], None]) -> None:
-        """Commit a progress event alone (side writes only). A run that can no longer commit
-        drops it: the report was made by an invocation that is over."""
+        """Commit a progress event (side writes only), with the memos held for the next
+        commit: the event may tell what they decided. A run that can no longer commit drops
+        it: the report was made by an invocation that is over."""
 
         def change(d: Draft) -> None:
             self._holder(d)
-            write(_Tx(self._h, d, self._task_id, holder=self._holder, sealed=self._sealed))
+            tx = _Tx(self._h, d, self._task_id, holder=self._holder, sealed=self._sealed)
+            self._write_staged(tx)
+            write(tx)
 
         with contextlib.suppress(InvocationEnded):
             self._h._apply(change)
+            self._staged.clear()
 
     def _holder(self, d: Draft) -> TaskRecord:
         record = d.get(self._task_id)

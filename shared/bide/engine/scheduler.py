@@ -73,7 +73,7 @@ def recover_abandoned(h: Kernel, d: Draft, *, at_open: bool) -> bool:
     fits this commit; True when some were left for another commit. Each commit is complete
     in itself, so a crash between two leaves the rest for the next run to recover."""
     now = h.clock.now()
-    live = d.live()
+    live = d.loaded()
     for record in live.values():
         if record.id in h._inflight or record.id in d.writes:
             continue
@@ -88,7 +88,7 @@ def recover_abandoned(h: Kernel, d: Draft, *, at_open: bool) -> bool:
 def recover_mine(h: Kernel, d: Draft) -> bool:
     """Recover the running tasks this (dead) harness held, as many as fit one commit, as the
     next run would once their leases expired; True when some were left for another commit."""
-    live = d.live()
+    live = d.loaded()
     for record in live.values():
         state = record.state
         if isinstance(state, Running) and state.invocation in h._mine:
@@ -101,7 +101,7 @@ def recover_mine(h: Kernel, d: Draft) -> bool:
 def release_mine(h: Kernel, d: Draft) -> bool:
     """Put running tasks this harness holds back to ``pending`` (no restart counted: a clean
     stop), as many as fit one commit; True when some were left for another commit."""
-    for record in d.live().values():
+    for record in d.loaded().values():
         state = record.state
         if isinstance(state, Running) and state.invocation in h._mine:
             if len(d.writes) >= MAX_COMMIT_ITEMS:
@@ -116,7 +116,7 @@ def release_mine(h: Kernel, d: Draft) -> bool:
 def reserve(h: Kernel, d: Draft) -> list[tuple[str, str]]:
     """One commit that settles finished owners and reserves every eligible task."""
     now = h.clock.now()
-    live = d.live()
+    live = d.loaded()
     started: list[tuple[str, str]] = []
     propagate_aborts(h, d, live)
     lease = lease_until(h, now)

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..aws.sqs import wake_body
 from ..constants import FIFO_DEDUPLICATION_SECONDS, WORKER_TIMEOUT_SECONDS
 from ..engine.clock import Clock
 from .db import LocalDb, sleep_until_poked
@@ -86,11 +87,13 @@ class LocalWakeQueue:
 
     # --- the port --------------------------------------------------------------------------
 
-    def wake(self, session_id: str, reason: str) -> None:
-        """Queue a wake. Every wake is its own message (never merged away, as a fresh
-        deduplication id makes it on SQS): a duplicate run of a session is harmless, a lost
-        one is not."""
-        self._insert(session_id, json.dumps({"session_id": session_id, "reason": reason}))
+    def wake(
+        self, session_id: str, reason: str, *, task: str | None = None, owner: str | None = None
+    ) -> None:
+        """Queue a wake (the body :func:`~bide.aws.sqs.wake_body` makes, as on SQS). Every
+        wake is its own message (never merged away, as a fresh deduplication id makes it on
+        SQS): a duplicate run of a session is harmless, a lost one is not."""
+        self._insert(session_id, wake_body(session_id, reason, task=task, owner=owner))
 
     def send(self, session_id: str, body: str, dedup_id: str | None = None) -> bool:
         """Queue ``body`` in the session's group; without ``dedup_id`` it is deduplicated by

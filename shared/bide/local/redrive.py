@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..aws.sqs import whole_session
 from ..constants import ENV_DEAD_LETTER_URL, ENV_QUEUE_URL
 from ..engine.clock import Clock, SystemClock
 from ..engine.errors import BideError
@@ -97,7 +98,7 @@ class LocalRedrive:
                 db.execute(
                     "INSERT INTO local_wakes (session_id, body, sent_at, visible_at) "
                     "VALUES (?, ?, ?, ?)",
-                    (letter.session_id, letter.wake, now, now),
+                    (letter.session_id, whole_session(letter.wake), now, now),
                 )
                 db.execute("DELETE FROM local_dead_wakes WHERE id = ?", (int(letter.letter_id),))
         return chosen

@@ -43,7 +43,7 @@ install_log_filter()
 # Metric names, so dashboards and alarms (bide.cdk) and the code agree.
 WAKES = "Wakes"  # dimension reason: why a worker ran
 PARKS = "Parks"  # worker runs that ended with nothing runnable
-WORKER_ACTIONS = "WorkerActions"  # dimension action: requeued | armed | disarmed | idle
+WORKER_ACTIONS = "WorkerActions"  # dimension action: requeued | armed | disarmed | idle | kept
 WORKER_FAILURES = "WorkerFailures"  # runs that raised; SQS redelivers their wake
 MALFORMED_WAKES = "MalformedWakes"  # wake messages that could never run (dropped)
 DEAD_LETTERED_WAKES = "DeadLetteredWakes"  # wakes the worker dead-lettered on their last try

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..aws.sqs import SqsWakeQueue, parse_dead_letter, parse_wake
+from ..aws.sqs import SqsWakeQueue, parse_dead_letter, parse_wake, whole_session
 
 # While listing, received letters stay hidden this long (then they are released at once).
 LIST_VISIBILITY_SECONDS = 30
@@ -112,7 +112,7 @@ class SqsRedrive:
                 if not select(letter):
                     kept.append(letter)
                     continue
-                self.queue.send(letter.session_id, letter.wake)
+                self.queue.send(letter.session_id, whole_session(letter.wake))
                 self.client.delete_message(
                     QueueUrl=self.dead_letter_url, ReceiptHandle=letter.handle
                 )

@@ -57,7 +57,11 @@ def deliver(
     except ValueRefused as exc:
         raise WebhookRejected(exc.status, str(exc)) from None
     if decision.result in _STORED:
-        deps.queue.wake(session_id, _WAKE_REASON[decision.result])
+        # The wake names the task: only it can have become runnable by this value, so the
+        # worker may run it alone (bide.service.worker, "targeted pass"). Its owner, known
+        # from the record just written, lets that run check the owner in the same read.
+        owner = decision.record.owner if decision.record is not None else None
+        deps.queue.wake(session_id, _WAKE_REASON[decision.result], task=task_id, owner=owner)
     return decision
 
 

@@ -9,6 +9,16 @@ How the wake path meets AWS (see docs/architecture.md, "Wake path on AWS"):
 * at ``stop_at`` (the invocation's deadline less the safety margin) running work is stopped
   cleanly (the harness puts running tasks back to pending) and the session is re-queued, so a
   long model call never runs into the function's timeout.
+
+A signal's wake names its task (:func:`~bide.aws.sqs.wake_focus`). Every other due thing in
+the session has a wake of its own coming (an armed alarm for the earliest deadline, or the
+queued wake of whoever wrote), so that run is owed to the task alone: a *targeted pass*
+reads the head, the task and its owner in one read and runs the task on that partial view
+(:mod:`bide.engine.partial`; anything that needs more loads the whole session and the pass
+goes on as a full one). A pass still partial at its end leaves the alarm alone, which belongs
+to the other tasks, when the task had no deadline as loaded and has none now (nor is it still
+active); otherwise a full pass follows at once and arms as ever. A spare alarm fire is
+harmless; a lost one is not.
 """
 
 from __future__ import annotations
@@ -36,7 +46,9 @@ class WorkerRun(FrozenValue):
     __slots__ = ("action", "session_id", "wake")
     session_id: str
     wake: Wake
-    action: str  # "requeued" | "armed" | "disarmed" | "idle" (no alarm existed, none needed)
+    # "requeued" | "armed" | "disarmed" | "idle" (no alarm existed, none needed) | "kept" (a
+    # targeted pass: the alarm, if any, belongs to other tasks and was left as it was)
+    action: str
 
     def __init__(self, session_id: str, wake: Wake, action: str) -> None:
         object.__setattr__(self, "session_id", session_id)
@@ -46,15 +58,30 @@ class WorkerRun(FrozenValue):
 
 @value_class
 class _Pass(FrozenValue):
-    __slots__ = ("loaded_at", "may_have_alarm", "seq", "stopped", "wake")
+    __slots__ = ("loaded_at", "may_have_alarm", "partial", "seq", "stopped", "wake")
     wake: Wake
     seq: int
     may_have_alarm: bool
     loaded_at: float | None  # the earliest sleep deadline as loaded (what was last armed)
     stopped: bool  # cut off at stop_at: running work was put back
+    partial: bool  # a targeted pass that never needed the whole session: its wake is the task's
+
+    @property
+    def keeps_alarm(self) -> bool:
+        """A partial pass that cannot have changed what the alarm is for: the task had no
+        deadline as loaded, has none now (nor a lease held elsewhere) and is not active."""
+        return (
+            self.partial and not (self.may_have_alarm or self.wake.active) and self.wake.at is None
+        )
 
     def __init__(
-        self, wake: Wake, seq: int, may_have_alarm: bool, loaded_at: float | None, stopped: bool
+        self,
+        wake: Wake,
+        seq: int,
+        may_have_alarm: bool,
+        loaded_at: float | None,
+        stopped: bool,
+        partial: bool,
     ) -> None:
         for name, value in (
             ("wake", wake),
@@ -62,12 +89,18 @@ class _Pass(FrozenValue):
             ("may_have_alarm", may_have_alarm),
             ("loaded_at", loaded_at),
             ("stopped", stopped),
+            ("partial", partial),
         ):
             object.__setattr__(self, name, value)
 
 
 async def run_session(
-    deps: Deps, session_id: str, *, stop_at: float | None = None, fired_for: float | None = None
+    deps: Deps,
+    session_id: str,
+    *,
+    stop_at: float | None = None,
+    fired_for: float | None = None,
+    focus: tuple[str, str | None] | None = None,
 ) -> WorkerRun:
     """Run ``session_id`` until parked (or until ``stop_at``), then make sure it runs again
     exactly when it must: at once when still active (or cut off at ``stop_at``), after an
@@ -80,17 +113,26 @@ async def run_session(
     Scheduler deletes a one-time schedule itself once it fired (``ActionAfterCompletion``
     ``DELETE``): a run that ends with no deadline has nothing to delete. (Were that schedule
     not the session's latest after all, the one left fires once, finds nothing to do and
-    deletes itself: a spare wake, never a lost one.)"""
+    deletes itself: a spare wake, never a lost one.)
+
+    ``focus``: ``(task, owner or None)`` of a signal's wake: the first pass is a targeted
+    one (see the module)."""
     may_have_alarm = False
     first = True
     while True:
-        done = await _run_pass(deps, session_id, stop_at)
+        done = await _run_pass(deps, session_id, stop_at, focus)
+        focus = None  # any pass after the first is a full one
         fired = first and fired_for is not None and done.loaded_at == fired_for
         may_have_alarm = may_have_alarm or (done.may_have_alarm and not fired)
         first = False
         if done.stopped:
             deps.queue.wake(session_id, "still-active")
             return WorkerRun(session_id, done.wake, "requeued")
+        if done.keeps_alarm:
+            finish_end(deps, session_id)
+            return WorkerRun(session_id, done.wake, "kept")
+        if done.partial:
+            continue  # its wake speaks for one task: a full pass decides the alarm
         if not await _waited_for_deadline(deps, session_id, done, stop_at):
             break
     # A session ended since (or an end whose stamping a crash cut short): finish it here, so
@@ -108,7 +150,9 @@ async def run_session(
     return WorkerRun(session_id, done.wake, action)
 
 
-async def _run_pass(deps: Deps, session_id: str, stop_at: float | None) -> _Pass:
+async def _run_pass(
+    deps: Deps, session_id: str, stop_at: float | None, focus: tuple[str, str | None] | None
+) -> _Pass:
     harness = Harness(
         deps.store,
         session_id,
@@ -125,18 +169,9 @@ async def _run_pass(deps: Deps, session_id: str, stop_at: float | None) -> _Pass
         # alarms), and the queue runs this session again after this run: no need to read
         # the head once more before parking.
         woken_after_writes=True,
+        focus=focus,
     )
     await harness.open()
-    # Each run leaves the schedule matching its final wake, so an alarm can exist now only if
-    # some sleep had a deadline when we loaded. (A run that died before disarming leaves a
-    # one-time schedule that fires once, finds nothing, and deletes itself.)
-    deadlines = [
-        r.state.deadline  # until, or a heartbeat's beat_by when earlier
-        for r in harness.live_tasks.values()
-        if isinstance(r.state, Sleeping) and r.state.deadline is not None
-    ]
-    may_have_alarm = bool(deadlines)
-    loaded_at = min(deadlines, default=None)
     run = asyncio.ensure_future(harness.run_until_parked(stop_at=stop_at))
     timer = None
     if stop_at is not None:
@@ -156,14 +191,27 @@ async def _run_pass(deps: Deps, session_id: str, stop_at: float | None) -> _Pass
         # puts their tasks back to pending (no restart counted); the session is re-queued.
         await harness.close()
         await asyncio.gather(run, return_exceptions=True)
-        return _Pass(
-            Wake(active=True, at=None), harness.seq, may_have_alarm, loaded_at, stopped=True
-        )
+        return _finished(harness, Wake(active=True, at=None), stopped=True)
     try:
         wake = run.result()
     finally:
         await harness.close()
-    return _Pass(wake, harness.seq, may_have_alarm, loaded_at, stopped=False)
+    return _finished(harness, wake, stopped=False)
+
+
+def _finished(harness: Harness, wake: Wake, *, stopped: bool) -> _Pass:
+    # Each run leaves the schedule matching its final wake, so an alarm can exist now only if
+    # some sleep had a deadline when we loaded. (A run that died before disarming leaves a
+    # one-time schedule that fires once, finds nothing, and deletes itself.) A targeted pass
+    # that loaded the whole session on its way counts every task as that load found it.
+    deadlines = [
+        r.state.deadline  # until, or a heartbeat's beat_by when earlier
+        for r in harness.loaded_tasks.values()
+        if isinstance(r.state, Sleeping) and r.state.deadline is not None
+    ]
+    return _Pass(
+        wake, harness.seq, bool(deadlines), min(deadlines, default=None), stopped, harness.partial
+    )
 
 
 async def _waited_for_deadline(

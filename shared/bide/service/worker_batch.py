@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..aws.sqs import fired_for, parse_wake
+from ..aws.sqs import fired_for, parse_wake, wake_focus
 from ..constants import DEFAULT_SAFETY_MARGIN_MS
 from . import observability as obs
 from .deps import Deps
@@ -142,12 +142,17 @@ async def _wake_one(deps: Deps, record: dict[str, Any], stop_at: float | None) -
         # The fired schedule is known gone only on the wake's first delivery and attempt: an
         # attempt that failed or died may already have armed a new one.
         first_delivery = _receive_count(record) == 1
+        # A signal's wake names its task: the run is owed to that task alone (worker.py). Each
+        # record of a batch runs on its own, so one wake never stands for another's.
+        focus = wake_focus(body)
         attempt = 0
         while True:
             attempt += 1
             fired = fired_for(body) if first_delivery and attempt == 1 else None
             try:
-                done = await run_session(deps, session_id, stop_at=stop_at, fired_for=fired)
+                done = await run_session(
+                    deps, session_id, stop_at=stop_at, fired_for=fired, focus=focus
+                )
                 break
             except Exception as exc:
                 obs.logger.exception("worker run failed", extra={"attempt": attempt})

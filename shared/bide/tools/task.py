@@ -9,7 +9,9 @@ Checkpoints (design 001 ch. V):
   current policy are both ``safe``; otherwise the call ends ``interrupted``.
 * ``{"phase": "parked", arguments, replay, checkpoint}``: sleeping or waiting after
   ``execute()`` returned a park. Its handler resolves the tool, commits intent with the wake,
-  then runs ``execute()`` again in the same invocation.
+  then runs ``execute()`` again in the same invocation. A workflow body both policies call
+  replay-safe commits no intent: its woken run replays its history, so recovery reruns the
+  parked phase with the same wake (:func:`_replays_itself`; docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..engine.errors import DefinitionError, InvalidPark, InvocationEnded
+from ..engine.errors import InvalidPark, InvocationEnded
 from ..engine.failures import FailureReceived
 from ..engine.state import (
     Aborted,
@@ -38,6 +40,7 @@ from .api import ToolExecutionApi
 from .define import ToolArgumentsError, ToolDefinition
 from .hooks import Block, Replace, ToolCall
 from .redaction import scrub_value
+from .result_entry import with_entry
 from .results import Sleep, ToolErrorCode, ToolResult, Wait, park_state
 
 if TYPE_CHECKING:
@@ -238,8 +241,8 @@ async def _run(
             )
 
         # A workflow body's wait leaves the key it parks on unread (the park requires its
-        # document absent): refused because it is there, the body runs again knowing it. An
-        # identical park again learnt nothing: its refusal is final.
+        # document absent): refused because it is there, the body runs again knowing it
+        # (_park reruns only then). An identical park again learnt nothing: final.
         rerun = again if tool.shape.suspend == "workflow" and park != refused else None
         await _park(registry, task, rt, tool, call, arguments, replay, park, rerun)
         return
@@ -268,6 +271,7 @@ async def _park(
         "checkpoint": park.checkpoint,
     }
     refusal: Exception | None = None
+    unread = rt.unread_slots(key.slot for key in getattr(park, "signals", ()))
     try:
         await rt.commit(park_state(park, checkpoint))
     except (InvalidPark, ValidationError) as exc:
@@ -278,8 +282,12 @@ async def _park(
             # started may be live, and nothing else will ever clean it up.
             await _cancel(registry, tool, arguments, rt, park.checkpoint)
         raise
-    if isinstance(refusal, InvalidPark) and rerun is not None:
-        await rerun()  # nothing was written: the body decides again
+    # Refused because a key's document the body had not read exists (the store's refusal
+    # taught the harness its body): nothing was written, the body decides again knowing it.
+    # Any other refusal is final: the body would decide the same.
+    learnt = unread - rt.unread_slots(unread)
+    if isinstance(refusal, InvalidPark) and rerun is not None and learnt:
+        await rerun()
     elif refusal is not None:
         await _settle(
             registry, task, rt, call, ToolResult.error(ToolErrorCode.INVALID_PARK, str(refusal))
@@ -303,7 +311,14 @@ async def _woken(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
         "wake": wake.to_dict() if wake is not None else None,
         "checkpoint": parked.get("checkpoint"),
     }
-    await rt.commit(Running(checkpoint=intent))
+    replays = _replays_itself(tool, parked["replay"])
+    if parked["replay"] == "safe" and rt.restarts > 0 and not replays:
+        # An earlier run of this wake was cut off, and it may have been a workflow body's,
+        # which commits no intent (below): recovery's rule decides, as if it had.
+        await _recover(registry, task, rt, intent)
+        return
+    if not replays:
+        await rt.commit(Running(checkpoint=intent))
     await _run(
         registry,
         task,
@@ -316,13 +331,34 @@ async def _woken(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
     )
 
 
-async def _recover(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
-    """Recovery found the intent: the run it records was cut off."""
-    intent = task.checkpoint
+def _replays_itself(tool: ToolDefinition, stored: str) -> bool:
+    """Whether a woken run of ``tool`` needs no intent commit (design 001 principle 6, as
+    refined in docs/reliability.md): a workflow body that the call's stored and the current
+    policy both call replay-safe. Recovery would rerun its cut-off run anyway, and the body
+    replays its recorded history, so rerunning the parked phase with the same wake (the
+    running state keeps it) is that same rerun. A crash is still counted: recovery counts a
+    restart, and only the body's park or end moves the task on (resetting them)."""
+    return (
+        tool.shape.suspend == "workflow"
+        and tool.shape.lifetime == "step"
+        and stored == "safe"
+        and tool.replay == "safe"
+    )
+
+
+async def _recover(
+    registry: ToolRegistry, task: TaskView, rt: Runtime, woken: dict[str, Any] | None = None
+) -> None:
+    """Recovery found the intent: the run it records was cut off. ``woken``: the intent a
+    rerun of the parked phase would commit, for a cut-off run that committed none (it is
+    committed before the run repeats)."""
+    intent = task.checkpoint if woken is None else woken
     spec = _input(task)
     tool = registry.get(spec.name)
     wake = wake_from_dict(intent["wake"]) if intent.get("wake") else None
     if tool is not None and intent["replay"] == "safe" and tool.replay == "safe":
+        if woken is not None:
+            await rt.commit(Running(checkpoint=intent))
         await _run(
             registry,
             task,
@@ -362,7 +398,7 @@ async def _aborted(registry: ToolRegistry, task: TaskView, rt: Runtime) -> None:
     )
     payload = result.model_dump(mode="json")
     end = Terminal(outcome=Aborted(reason=task.abort_reason, result=payload))
-    await rt.commit(_with_entry(registry, task, call, result, end))
+    await rt.commit(with_entry(registry, _input(task), call, result, end))
 
 
 async def _cancel(
@@ -429,38 +465,4 @@ async def _settle(
     if clean != payload:
         result, payload = ToolResult.model_validate(clean), clean
     outcome = Failed(error=payload) if failed else Completed(result=payload)
-    await rt.commit(_with_entry(registry, task, call, result, Terminal(outcome=outcome)))
-
-
-def _with_entry(
-    registry: ToolRegistry, task: TaskView, call: ToolCall, result: ToolResult, state: Terminal
-) -> Any:
-    """The result commit: for a call made in a conversation, the result entry is written
-    atomically with the call's end (design 001: "result entry + slot done")."""
-    spec = _input(task)
-    conversation = spec.conversation
-    if conversation is None:
-        return state
-    append = registry.transcript
-    if append is None:
-        # Only an agent's generation names a conversation, and the agent installs the port.
-        raise DefinitionError(
-            f"tool call {task.id} was made in conversation {conversation!r}, but its "
-            "registry has no transcript writer (give the registry to an Agent)"
-        )
-    entry = {
-        "type": "tool_result",
-        "call_id": call.call_id,
-        "name": spec.exposed_name or call.name,
-        "identity": call.name,
-        "variant": spec.variant,
-        "text": result.text,
-        "is_error": result.is_error,
-        "code": result.code,
-    }
-
-    def build(tx: Any) -> Terminal:
-        append(tx, conversation, entry)
-        return state
-
-    return build
+    await rt.commit(with_entry(registry, _input(task), call, result, Terminal(outcome=outcome)))

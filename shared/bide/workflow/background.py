@@ -193,8 +193,13 @@ def _background_task(kinds: _Kinds) -> TaskDefinition:
     async def parked(task: TaskView, rt: Any) -> None:
         wake = task.wake.to_dict() if task.wake is not None else None
         saved = task.checkpoint.get("checkpoint")
-        intent = {"phase": "execute", "wake": wake, "checkpoint": saved}
-        await rt.commit(Running(checkpoint=intent))
+        tool = _tool(kinds, task)
+        if tool is None or tool.shape.suspend != "workflow":
+            intent = {"phase": "execute", "wake": wake, "checkpoint": saved}
+            await rt.commit(Running(checkpoint=intent))
+        # A workflow body commits no intent: recovery reruns every cut-off run of it, and it
+        # replays its history, so rerunning this phase with the wake the running state keeps
+        # is that rerun (restarts still counted; docs/reliability.md, "A woken workflow body").
         await _run(kinds, task, rt, wake=task.wake, checkpoint=saved)
 
     async def abort(task: TaskView, rt: Any) -> None:

@@ -448,7 +448,8 @@ class WorkflowContext:
                 record = record or op.record()
                 outcome = await op.poll_parking(record)
                 if not isinstance(outcome, Pending):
-                    return op.decode(unshared(await self._resolve(op, record, outcome)))
+                    held = op.holds(outcome)
+                    return op.decode(unshared(await self._resolve(op, record, outcome, held)))
                 if self._cancelling:
                     raise Cancelled(f"cancelled at operation {op.seq} ({op.kind} {op.name!r})")
                 parked = await self._ring(op, outcome)
@@ -483,9 +484,16 @@ class WorkflowContext:
         return await self._rt.write(write)
 
     async def _resolve(
-        self, op: Op[Any], record: dict[str, Any], outcome: Ready | Raise
+        self, op: Op[Any], record: dict[str, Any], outcome: Ready | Raise, held: bool = False
     ) -> dict[str, Any]:
-        """Record the resolution (with the record, for actions) in one commit; the winner."""
+        """Record the resolution (with the record, for actions) in one commit; the winner.
+        ``held`` (fixed by durable data, :meth:`Op.holds`): held for the task's next commit
+        instead (``Runtime.stage_memo``), which carries it, as a step does before its code
+        runs; a crash before then replays the operation, which resolves the same."""
+        if held and not (isinstance(outcome, Ready) and outcome.build is not None):
+            self._rt.stage_memo(op_memo(op.seq), record)
+            kept = {"error": outcome.error} if isinstance(outcome, Raise) else {"v": outcome.value}
+            return self._rt.stage_memo(result_memo(op.seq), kept)  # type: ignore[no-any-return]
 
         def write(tx: Any) -> dict[str, Any]:
             winner = tx.memo(op_memo(op.seq), record)

@@ -41,6 +41,9 @@ from ..values import FrozenValue, value_class
 _set = object.__setattr__  # a frozen value's fields, at build
 
 MAX_COMMIT_ITEMS = 99  # records, documents and absent keys together, counted as passed in
+#: Tasks :meth:`Store.tasks_at_head` reads at once (a ``TransactGetItems`` reads at most 100
+#: items: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactGetItems.html).
+MAX_AT_HEAD_TASKS = 99
 MAX_DOC_KEY_BYTES = 1022  # UTF-8 bytes; longer keys are refused (DynamoDB's sort key limit)
 #: The document whose commit ends the session (see the module). Its key predates the notion
 #: (only workflows knew it), so sessions ended before keep their end.
@@ -51,6 +54,15 @@ def ended_at(body: Any) -> float | None:
     """The end time an ended-session document holds, or None when it holds none."""
     at = body.get("at") if isinstance(body, dict) else None
     return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
+
+
+def check_at_head(task_ids: Sequence[str]) -> None:
+    """Raise ValueError when :meth:`Store.tasks_at_head` is asked for too many tasks."""
+    if len(task_ids) > MAX_AT_HEAD_TASKS:
+        raise ValueError(
+            f"tasks_at_head reads at most {MAX_AT_HEAD_TASKS} tasks at once, not "
+            f"{len(task_ids)}; nothing was read: load the session instead"
+        )
 
 
 def check_absent(docs: Sequence[Doc], absent: Sequence[str]) -> None:
@@ -123,6 +135,15 @@ class Store(Protocol):
         they stood together at that sequence number: one consistent read, for a writer that
         also decides on that document (whether the caller owns the session) before it
         commits."""
+        ...
+
+    def tasks_at_head(
+        self, session_id: str, task_ids: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord]]:
+        """:meth:`task_at_head` for up to :data:`MAX_AT_HEAD_TASKS` tasks: the sequence number
+        and those of ``task_ids`` the session has (live or ended), by id, all as they stood
+        together at that sequence number (one consistent read). For a run that works on these
+        tasks alone (the worker's targeted pass). Raises ValueError for more ids."""
         ...
 
     def commit(

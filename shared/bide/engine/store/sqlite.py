@@ -10,7 +10,14 @@ from typing import Any
 
 from ..errors import CommitTooLarge, ConflictError, DocumentExists
 from ..records import TaskRecord
-from .base import MAX_COMMIT_ITEMS, MAX_DOC_KEY_BYTES, Doc, SessionSnapshot, check_absent
+from .base import (
+    MAX_COMMIT_ITEMS,
+    MAX_DOC_KEY_BYTES,
+    Doc,
+    SessionSnapshot,
+    check_absent,
+    check_at_head,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS heads (
@@ -87,6 +94,28 @@ class SQLiteStore:
     ) -> tuple[int, TaskRecord | None, Doc | None]:
         """The sequence number, one task and one document, read in one transaction."""
         return self._at_head(session_id, task_id, key)
+
+    def tasks_at_head(
+        self, session_id: str, task_ids: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord]]:
+        """The sequence number and those of ``task_ids`` the session has, read in one
+        transaction."""
+        check_at_head(task_ids)
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                seq = self._seq(session_id)
+                rows = [
+                    self._db.execute(
+                        "SELECT body FROM tasks WHERE session_id = ? AND task_id = ?",
+                        (session_id, task_id),
+                    ).fetchone()
+                    for task_id in dict.fromkeys(task_ids)
+                ]
+            finally:
+                self._db.execute("COMMIT")
+        records = (TaskRecord.from_json(row[0]) for row in rows if row is not None)
+        return seq, {record.id: record for record in records}
 
     def _at_head(
         self, session_id: str, task_id: str, key: str | None

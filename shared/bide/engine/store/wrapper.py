@@ -42,6 +42,12 @@ class StoreWrapper:
         """See :meth:`bide.engine.store.Store.task_and_doc_at_head`."""
         return self.inner.task_and_doc_at_head(session_id, task_id, key)
 
+    def tasks_at_head(
+        self, session_id: str, task_ids: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord]]:
+        """See :meth:`bide.engine.store.Store.tasks_at_head`."""
+        return self.inner.tasks_at_head(session_id, task_ids)
+
     def commit(
         self,
         session_id: str,

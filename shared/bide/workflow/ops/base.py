@@ -140,6 +140,13 @@ class Op(Generic[T]):
         commit requires the key's document absent; a refused park runs the body again)."""
         return await self.poll(record)
 
+    def holds(self, outcome: Ready | Raise) -> bool:
+        """Whether this resolution of the operation, awaited by the body itself, may be held
+        for the task's next commit instead of a commit of its own: only one fixed by durable
+        data, so that a replay after a crash before that commit resolves it the same (a
+        value or failure stored in the key's slot, a deadline passed). None by default."""
+        return False
+
     def decode(self, stored: dict[str, Any]) -> T:
         """The value a recorded resolution stands for (or the error it raises)."""
         return stored.get("v")  # type: ignore[return-value]

@@ -85,6 +85,9 @@ class StepOp(Op[Any]):
             if body.get("status") == "open":
                 return Pending(bells=(auth_key(last["auth"]),))
             signed_in = last["provider"] if body.get("status") == "completed" else None
+        # The step's code may act outside the task on what the body got from a wait whose
+        # resolution is held for the next commit: commit it first (Runtime.flush_staged).
+        await rt.flush_staged()
         while True:
             step = ctx._enter_step(self, attempt)
             try:

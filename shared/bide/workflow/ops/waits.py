@@ -9,6 +9,7 @@ from ...engine.signals import SignalExpired, SignalToken, SignalValue
 from ..errors import HeartbeatMissed, WaitTimeout, WorkflowError
 from .base import (
     DIGESTS,
+    FAILURE,
     Op,
     Outcome,
     Pending,
@@ -49,6 +50,10 @@ class SleepOp(Op[None]):
         if self._ctx._rt.now() >= record["until"]:
             return Ready(None)
         return Pending(until=record["until"])
+
+    def holds(self, outcome: Ready | Raise) -> bool:
+        # The time reached stays reached (a worker whose clock lags parks again briefly).
+        return isinstance(outcome, Ready)
 
     def decode(self, stored: dict[str, Any]) -> None:
         return None
@@ -144,6 +149,12 @@ class WaitForOp(Op[T]):
             )
             return Raise({"type": "WaitTimeout", "message": message}, lost=True)
         return Pending(keys=(self._token.key(self._key),), until=until, heartbeat=self.heartbeat)
+
+    def holds(self, outcome: Ready | Raise) -> bool:
+        # A value or a failure is kept in the key's slot (on the record, or in its document
+        # once the wake consumed it): a replay reads the same one. A timeout is not held: a
+        # value could still land on a key no deadline expired.
+        return isinstance(outcome, Ready) or outcome.error.get("type") == FAILURE
 
     def decode(self, stored: dict[str, Any]) -> T:
         if "error" not in stored:
