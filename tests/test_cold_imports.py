@@ -74,19 +74,28 @@ NOT_ON_PATH = {
     "api": ("bide.service.routes_signal", "bide.service.worker_batch"),
 }
 
-# argv: the function, its folders, then "import" or "setup" (the first call's setup too: its
-# configuration, with the app, and an HTTP function's resolver).
+# argv: the folders to put first on sys.path, the modules to import (JSON lists), then the
+# function whose first call's setup to do after (its configuration, with the app, and an HTTP
+# function's resolver), or "". Prints the modules loaded and the dataclasses built on the way
+# (``dataclasses._process_class`` builds every one: a private name, read by this probe only).
 PROBE = """
-import importlib, json, sys
-function = sys.argv[1]
-sys.path[:0] = sys.argv[2:4]
-import handler
-if sys.argv[4] == "setup":
+import dataclasses, importlib, json, sys
+built = []
+_build = dataclasses._process_class
+def _counted(cls, *args, **kwargs):
+    built.append(cls.__module__ + "." + cls.__qualname__)
+    return _build(cls, *args, **kwargs)
+dataclasses._process_class = _counted
+sys.path[:0] = json.loads(sys.argv[1])
+for name in json.loads(sys.argv[2]):
+    importlib.import_module(name)
+function = sys.argv[3]
+if function:
     deps = importlib.import_module("bide.handlers." + function).configured()
     if function != "worker":
         from bide.service import http
         http._resolver_for(deps, http.SIGNAL if function == "signal" else http.API)
-print(json.dumps(sorted(sys.modules)))
+print(json.dumps({"modules": sorted(sys.modules), "dataclasses": built}))
 """
 # A function's configuration for the setup (nothing is called: clients are made on first use).
 SETTINGS = {
@@ -100,15 +109,18 @@ SETTINGS = {
 }
 
 
-def loaded(function: str, app_dir: Path | None = None) -> list[str]:
-    """The modules loaded in a fresh interpreter by importing ``function``'s entry module
-    (then, given the folder of the app to load, doing its first call's setup)."""
+def probe(
+    folders: list[Path], imports: list[str], setup: str = "", app_dir: Path | None = None
+) -> dict[str, list[str]]:
+    """In a fresh interpreter with ``folders`` first on its path, import ``imports`` (then do
+    the first call's setup of the function ``setup``, with the app of ``app_dir``): the
+    ``modules`` loaded and the ``dataclasses`` built (``module.Class``, in order)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "BIDE_TRACING")}
     if app_dir is not None:
         env.update(SETTINGS, PYTHONPATH=str(app_dir))
-    folders = [str(ROOT / "functions" / function), str(ROOT / "shared")]
+    paths, names = json.dumps([str(f) for f in folders]), json.dumps(imports)
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, function, *folders, "import" if app_dir is None else "setup"],
+        [sys.executable, "-c", PROBE, paths, names, setup],
         env=env,
         capture_output=True,
         text=True,
@@ -116,8 +128,16 @@ def loaded(function: str, app_dir: Path | None = None) -> list[str]:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    modules: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
-    return modules
+    found: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def loaded(function: str, app_dir: Path | None = None) -> list[str]:
+    """The modules loaded in a fresh interpreter by importing ``function``'s entry module
+    (then, given the folder of the app to load, doing its first call's setup)."""
+    folders = [ROOT / "functions" / function, ROOT / "shared"]
+    setup = "" if app_dir is None else function
+    return probe(folders, ["handler"], setup, app_dir)["modules"]
 
 
 def matching(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
@@ -197,30 +217,25 @@ def test_the_public_names_are_imported_on_first_use() -> None:
 
 # The engine's modules on the handlers' path read and write records without pydantic (its
 # import is a large part of a cold start; docs/performance.md, section d): records and states
-# are plain dataclasses, and a signal's or a task input's schema imports pydantic when it is
+# are plain classes, and a signal's or a task input's schema imports pydantic when it is
 # first used. The modules are those the worker's import loads (the widest path).
-ENGINE_PROBE = """
-import json, sys
-sys.path[:0] = sys.argv[1:2]
-for name in json.loads(sys.argv[2]):
-    __import__(name)
-print(json.dumps(sorted(sys.modules)))
-"""
-
-
 def test_the_engine_on_the_path_imports_no_pydantic() -> None:
     engine = [m for m in loaded("worker") if m.startswith("bide.engine")]
     for required in ("bide.engine.records", "bide.engine.state", "bide.engine.signals"):
         assert required in engine  # the worker's path still holds what this test is about
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(
-        [sys.executable, "-c", ENGINE_PROBE, str(ROOT / "shared"), json.dumps(engine)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    modules: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    modules = probe([ROOT / "shared"], engine)["modules"]
     assert matching(modules, ("pydantic", "pydantic_core")) == []
+
+
+# A ``@dataclass`` compiles its generated methods when its module is imported (about half a
+# millisecond a class, docs/performance.md d): the values on the functions' path are classes of
+# bide.engine.values instead. The task record and its signal slot are still dataclasses.
+STILL_DATACLASSES = {"bide.engine.records.SignalSlot", "bide.engine.records.TaskRecord"}
+
+
+@pytest.mark.parametrize("function", ["worker", "signal", "api"])
+def test_a_functions_import_builds_no_other_dataclass(function: str) -> None:
+    found = probe([ROOT / "functions" / function, ROOT / "shared"], ["handler"])
+    assert f"bide.handlers.{function}" in found["modules"]  # the probe imported the real thing
+    # At most those two (the records may become value classes too).
+    assert set(found["dataclasses"]) <= STILL_DATACLASSES, found["dataclasses"]

@@ -30,7 +30,7 @@ from bide.engine.state import (
     WakeTasks,
     WakeTime,
 )
-from bide.engine.values import FrozenValue, frozen_value
+from bide.engine.values import FrozenValue, field_defaults, field_names, frozen_value
 
 # One instance of each class, every field set away from its default, and for each field a
 # second value that differs from it.
@@ -91,10 +91,10 @@ def _hashable(value: Any) -> bool:
 
 @pytest.mark.parametrize(("value", "other"), SAMPLES, ids=IDS)
 def test_equal_only_to_the_same_class_with_every_field_equal(value, other):
-    twin = dataclasses.replace(value)
+    twin = value.replace()
     assert twin == value and twin is not value and not twin != value  # noqa: SIM202 - __ne__ too
     for name, changed in other.items():
-        different = dataclasses.replace(value, **{name: changed})
+        different = value.replace(**{name: changed})
         assert different != value, name
         if _hashable(value):
             # Every field is hashed: values differing in one field hash apart (these do).
@@ -113,7 +113,7 @@ def test_classes_with_the_same_fields_are_not_equal():
 
 @pytest.mark.parametrize(("value", "other"), SAMPLES, ids=IDS)
 def test_immutable_slotted_and_keyword_only(value, other):
-    names = [f.name for f in dataclasses.fields(value)]
+    names = list(field_names(value))
     assert names == list(other)  # the fields, in the order they are written
     assert not hasattr(value, "__dict__")
     for name in [*names, "unknown"]:
@@ -148,26 +148,61 @@ def test_repr_names_the_tag_then_the_fields_in_order():
 
 
 def test_fields_report_their_defaults_for_the_strict_reader():
-    defaults = {f.name: f.default for f in dataclasses.fields(Sleeping)}
-    assert defaults == {
-        "checkpoint": dataclasses.MISSING,
+    assert field_names(Sleeping) == (
+        "checkpoint",
+        "until",
+        "signals",
+        "heartbeat",
+        "beat_by",
+        "expire_on_deadline",
+    )
+    assert field_defaults(Sleeping) == {
         "until": None,
         "signals": (),
         "heartbeat": None,
         "beat_by": None,
         "expire_on_deadline": True,
     }
+    assert field_defaults(Faulted) == {} and field_names(Faulted(error="e")) == ("error",)
+
+
+def test_dataclasses_functions_still_work_on_them():
+    # For code written against the dataclasses these were (their table is built on first use).
+    @frozen_value
+    class Pair(FrozenValue):
+        __slots__ = ("a", "b")
+        a: int
+        b: int
+
+        def __init__(self, a: int, b: int = 0) -> None:
+            object.__setattr__(self, "a", a)
+            object.__setattr__(self, "b", b)
+
+    assert "_dataclass_table" not in Pair.__dict__  # nothing built until asked
+    assert [(f.name, f.default, f.kw_only) for f in dataclasses.fields(Pair)] == [
+        ("a", dataclasses.MISSING, False),
+        ("b", 0, False),
+    ]
+    assert dataclasses.replace(Pair(1), b=2) == Pair(1, 2) == Pair(1).replace(b=2)
+    defaults = {f.name: f.default for f in dataclasses.fields(Sleeping)}
+    assert defaults == {"checkpoint": dataclasses.MISSING, **field_defaults(Sleeping)}
     assert [f.default for f in dataclasses.fields(Faulted)] == [dataclasses.MISSING]
     assert dataclasses.is_dataclass(Sleeping)
     assert dataclasses.asdict(Terminal(outcome=Failed(error=1))) == {"outcome": {"error": 1}}
+    sleep = Sleeping(checkpoint="a", until=1.0, heartbeat=5.0)
+    assert dataclasses.replace(sleep, beat_by=7) == sleep.replace(beat_by=7)
+    assert [f.name for f in dataclasses.fields(Orphaned(reason="r"))] == ["reason"]
 
 
 def test_replace_checks_the_new_value_as_the_constructor_does():
     sleep = Sleeping(checkpoint="a", until=1.0, heartbeat=5.0)
-    moved = dataclasses.replace(sleep, beat_by=7)
+    moved = sleep.replace(beat_by=7)
     assert moved.beat_by == 7.0 and type(moved.beat_by) is float and moved.until == 1.0
+    assert (moved.checkpoint, moved.heartbeat) == (sleep.checkpoint, 5.0)  # the rest is kept
     with pytest.raises(ValueError, match="heartbeat"):
-        dataclasses.replace(sleep, heartbeat=-1)
+        sleep.replace(heartbeat=-1)
+    with pytest.raises(TypeError, match="'unknown'"):
+        sleep.replace(unknown=1)
 
 
 def test_a_class_whose_slots_and_fields_disagree_is_refused():
@@ -191,7 +226,7 @@ def test_settings_behave_as_their_frozen_keyword_only_dataclass_did():
     settings = Settings(**base)
     assert settings == Settings(**base) and hash(settings) == hash(Settings(**base))
     assert settings != Settings(**{**base, "tracing": True})
-    assert dataclasses.replace(settings, table="u").table == "u"
+    assert settings.replace(table="u") == Settings(**{**base, "table": "u"})
     assert repr(settings).startswith("Settings(app='a:b', table='t', bucket='b', queue_url='q',")
     assert (settings.safety_margin_ms, settings.webhook_base_url, settings.tracing) == (
         20_000,
@@ -221,7 +256,7 @@ def test_failures_behave_as_their_frozen_positional_dataclasses_did():
             case cls(kind, text, data):  # type: ignore[misc]
                 assert (kind, text, data) == ("T", "m", {"n": 1})
         assert pickle.loads(pickle.dumps(failure)) == failure
-        assert dataclasses.replace(failure, message="x") == cls("T", "x", {"n": 1})
+        assert failure.replace(message="x") == cls("T", "x", {"n": 1})
         with pytest.raises(dataclasses.FrozenInstanceError):
             failure.message = "x"  # type: ignore[misc]
         with pytest.raises(TypeError):
@@ -235,11 +270,11 @@ def test_webhook_values_behave_as_their_frozen_positional_dataclasses_did():
     binding = WebhookBinding("s", "t", "sig", "k", "n")
     assert binding == WebhookBinding(session_id="s", task_id="t", signal="sig", key="k", nonce="n")
     assert (binding.hmac_secret, binding.window_seconds) == (None, 300)
-    assert binding != dataclasses.replace(binding, hmac_secret="x")
+    assert binding != binding.replace(hmac_secret="x")
     assert hash(binding) == hash(WebhookBinding("s", "t", "sig", "k", "n"))
     assert repr(binding).startswith("WebhookBinding(session_id='s', task_id='t', signal='sig',")
     with pytest.raises(InvalidBinding, match="window_seconds"):
-        dataclasses.replace(binding, window_seconds=True)
+        binding.replace(window_seconds=True)
     with pytest.raises(dataclasses.FrozenInstanceError):
         binding.nonce = "m"  # type: ignore[misc]
     assert Webhook("u", "tok") == Webhook(url="u", token="tok") != Webhook("u", "other")

@@ -6,7 +6,6 @@ names the field of bad input. The long poll waits on the injected clock and slee
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -51,7 +50,7 @@ class Sleeper:
 def deps(request: pytest.FixtureRequest) -> Deps:
     if request.param == "dynamodb":  # the moto/DynamoDB Local bench of handler_fixtures
         made = request.getfixturevalue("bench").deps
-        return replace(made, queue=Queue(), sleep=Sleeper(made.clock))
+        return made.replace(queue=Queue(), sleep=Sleeper(made.clock))
     clock = ManualClock()
     return Deps(
         store=SQLiteStore(),

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -133,7 +132,7 @@ def deps(request: pytest.FixtureRequest) -> Iterator[Deps]:
         )
     else:
         made = request.getfixturevalue("bench").deps
-    yield replace(made, admin_principals=frozenset({ADMIN_ROLE}))
+    yield made.replace(admin_principals=frozenset({ADMIN_ROLE}))
 
 
 def call(deps: Deps, route: str, sid: str, principal: str | None) -> tuple[int, Any]:

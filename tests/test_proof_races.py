@@ -25,7 +25,6 @@ itself) is ``tests/race_kit.py``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
 import threading
@@ -232,7 +231,7 @@ def test_a_stalled_worker_does_not_undo_a_newer_alarm(
     (first,) = rig.create(kind, [{"rounds": [{"keys": ["k"], "after": HOUR}]}])
     rig.drain()
     gate = GatedAlarms(rig.deps.alarms)
-    stalled = dataclasses.replace(rig.deps, alarms=gate)
+    stalled = rig.deps.replace(alarms=gate)
     if stalls_in == "disarm":
         assert rig.send(first, "done") is SignalResult.DELIVERED  # A's run will end it
     worker_a = threading.Thread(

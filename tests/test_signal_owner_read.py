@@ -7,7 +7,6 @@ DynamoDB (moto); who may call which route over both stores: tests/test_owners.py
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -89,7 +88,7 @@ def the_one_read(made: list[tuple[str, dict[str, Any]]], sid: str, task_id: str)
 def test_the_owner_and_admins_are_let_in_on_one_read(
     bench: Bench, route: str, principal: str
 ) -> None:
-    bench.deps = replace(bench.deps, admin_principals=frozenset({ADMIN_ROLE}))
+    bench.deps = bench.deps.replace(admin_principals=frozenset({ADMIN_ROLE}))
     sid, task_id = owned_sleeper(bench)
     seq = bench.seq(sid)
     (status, body), made = bench.aws_requests(lambda: send(bench, route, sid, task_id, principal))

@@ -26,8 +26,6 @@ lists a stream key, so a beat to one is acknowledged and moves nothing.
 
 from __future__ import annotations
 
-import dataclasses
-
 from .records import TaskRecord
 from .rules import SignalDecision, bump, refuse_key, sleeping_on
 from .signals import SignalResult, slot_name
@@ -47,6 +45,6 @@ def decide_beat(
         return refused
     state = record.state
     if isinstance(state, Sleeping) and state.heartbeat is not None and sleeping_on(record, name):
-        moved_on = dataclasses.replace(state, beat_by=now + state.heartbeat)
+        moved_on = state.replace(beat_by=now + state.heartbeat)
         return SignalDecision(SignalResult.DELIVERED, bump(record, state=moved_on))
     return SignalDecision(SignalResult.DELIVERED)

@@ -8,10 +8,12 @@ the harness a thin loop around them.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .budgets import check_signal_budget
+from .decisions import SignalDecision as SignalDecision  # decided here, defined there
+from .decisions import Wake as Wake
+from .decisions import Wakeup as Wakeup
 from .errors import InvalidPark, InvalidWait
 from .failures import SignalFailure, failure_errors
 from .limits import check_signal_depth, check_signal_value
@@ -28,7 +30,6 @@ from .state import (
     Waiting,
     WakeExpired,
     WakeHeartbeat,
-    WakeReason,
     WakeSignal,
     WakeTasks,
     WakeTime,
@@ -44,16 +45,6 @@ def bump(record: TaskRecord, **changes: Any) -> TaskRecord:
 
 
 # --- signals ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SignalDecision:
-    """What a delivery does: the result, the record to write (delivered only), and for
-    ``invalid`` which fields failed and why."""
-
-    result: SignalResult
-    record: TaskRecord | None = None
-    errors: tuple[dict[str, str], ...] = ()
 
 
 STREAM_SUFFIX = ".*"
@@ -301,15 +292,6 @@ def owner_chain(record: TaskRecord, live: Mapping[str, TaskRecord]) -> Iterable[
 # --- waking ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Wakeup:
-    """A parked task that may run again: why, and its slots with the ones the wake consumes
-    or expires marked so (the reservation moves final slots off the record)."""
-
-    wake: WakeReason
-    signals: Mapping[str, SignalSlot]
-
-
 def sleep_wakeup(record: TaskRecord, now: float) -> Wakeup | None:
     """First listed key holding an unused value wins; otherwise the deadline, which expires
     every listed key with no value: ``until`` (:class:`WakeExpired`, also when a missed beat
@@ -435,18 +417,6 @@ def abandoned(record: TaskRecord, now: float, mine: Collection[str], *, at_open:
 
 
 # --- liveness --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Wake:
-    """Whether the session must keep running now, and when it must run next otherwise.
-
-    ``active``: something is runnable (or running). ``at``: the earliest deadline of a
-    sleep, or None. A session parked only on signals is neither active nor has an ``at``.
-    """
-
-    active: bool
-    at: float | None
 
 
 def compute_wake(

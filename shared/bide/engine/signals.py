@@ -12,19 +12,20 @@ start (docs/performance.md, section d).
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .errors import DefinitionError
 from .failures import SignalFailed
 from .limits import ENVELOPE_DEPTH, ValueRefused
+from .values import FrozenValue, value_class
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
 T = TypeVar("T")
+
+_set = object.__setattr__  # a frozen value's fields, at build
 
 
 class SignalResult(enum.StrEnum):
@@ -44,51 +45,95 @@ class SignalResult(enum.StrEnum):
     NOT_FOUND = "not_found"
 
 
-@dataclass(frozen=True)
-class SignalKey(Generic[T]):
+@value_class
+class SignalKey(FrozenValue, Generic[T]):
     """Names one wait: the signal's name and a key chosen by the waiter."""
 
+    __slots__ = ("_slot", "key", "signal")
     signal: str
     key: str
 
-    @functools.cached_property
+    def __init__(self, signal: str, key: str) -> None:
+        _set(self, "signal", signal)
+        _set(self, "key", key)
+
+    @property
     def slot(self) -> str:
         """The name this key is stored under on the task (computed once: the scheduler reads
         it for every parked task each time it looks for work)."""
-        return slot_name(self.signal, self.key)
+        cached: str | None = getattr(self, "_slot", None)  # a private slot: not a field
+        if cached is None:
+            cached = slot_name(self.signal, self.key)
+            _set(self, "_slot", cached)
+        return cached
 
 
-@dataclass(frozen=True)
-class SignalValue(Generic[T]):
+@value_class
+class SignalValue(FrozenValue, Generic[T]):
     """A key's state once a value arrived."""
 
+    __slots__ = ("value",)
     value: T
 
+    def __init__(self, value: T) -> None:
+        _set(self, "value", value)
 
-@dataclass(frozen=True)
-class SignalExpired:
+
+@value_class
+class SignalExpired(FrozenValue):
     """A key's state once a sleep's deadline passed before any value arrived."""
 
-    expired: bool = True
+    __slots__ = ("expired",)
+    expired: bool
+
+    def __init__(self, expired: bool = True) -> None:
+        _set(self, "expired", expired)
 
 
 SignalState = SignalValue[T] | SignalFailed | SignalExpired
 """What ``read_signal`` returns for a key that holds something (None while nothing came)."""
 
 
-@dataclass(frozen=True, eq=False)
-class SignalToken(Generic[T]):
-    """A signal's name, version and schema. Build one with :func:`define_signal`."""
+@value_class
+class SignalToken(FrozenValue, Generic[T]):
+    """A signal's name, version and schema. Build one with :func:`define_signal`. Equal
+    only to itself (two definitions are two tokens)."""
 
+    __slots__ = ("__weakref__", "_adapter", "envelope", "migrate", "name", "schema", "version")
     name: str
     version: int
     schema: Any
-    migrate: Callable[[Any, int], Any] | None = None
+    migrate: Callable[[Any, int], Any] | None
     # A pydantic TypeAdapter, typed Any here: pydantic is not imported with this module, and
     # a class's annotations must resolve without it (typing.get_type_hints).
-    _adapter: Any = field(repr=False, default=None)
-    envelope: int = 0
+    _adapter: Any
+    envelope: int
     """Levels the schema wraps around a caller's value (see :func:`define_signal`)."""
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        schema: Any,
+        migrate: Callable[[Any, int], Any] | None = None,
+        _adapter: Any = None,
+        envelope: int = 0,
+    ) -> None:
+        _set(self, "name", name)
+        _set(self, "version", version)
+        _set(self, "schema", schema)
+        _set(self, "migrate", migrate)
+        _set(self, "_adapter", _adapter)
+        _set(self, "envelope", envelope)
+
+    def __repr__(self) -> str:  # the adapter left out, as its dataclass field was
+        return (
+            f"SignalToken(name={self.name!r}, version={self.version!r}, schema={self.schema!r},"
+            f" migrate={self.migrate!r}, envelope={self.envelope!r})"
+        )
 
     def key(self, key: str) -> SignalKey[T]:
         """The key of one wait for this signal."""

@@ -5,8 +5,6 @@ type is a :class:`~bide.engine.forms.FormError` naming it. Writing is each value
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import MISSING
 from typing import Any
 
 from . import forms
@@ -21,20 +19,14 @@ from .state import (
     WakeReason,
     WakeReasons,
 )
+from .values import field_defaults, field_names
 
 _FIELDS: dict[type, frozenset[str]] = {
-    cls: frozenset(
-        ("reason" if cls in WakeReasons else "status", *(f.name for f in dataclasses.fields(cls)))
-    )
+    cls: frozenset(("reason" if cls in WakeReasons else "status", *field_names(cls)))
     for cls in (*WakeReasons, *Outcomes, *TaskStates)
 }
 _REQUIRED: dict[type, tuple[str, ...]] = {
-    cls: tuple(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is MISSING and f.default_factory is MISSING
-    )
-    for cls in _FIELDS
+    cls: tuple(n for n in field_names(cls) if n not in field_defaults(cls)) for cls in _FIELDS
 }
 _REQUIRED_SETS = {cls: frozenset(names) for cls, names in _REQUIRED.items()}
 _WAKES: dict[str, type[WakeReason]] = {cls.reason: cls for cls in WakeReasons}

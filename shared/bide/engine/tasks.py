@@ -9,22 +9,35 @@ task is faulted; so is a phase that raises.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from .errors import DefinitionError
 from .signals import SignalResult, SignalState, SignalToken
 from .state import Checkpoint, Outcome, TaskState, WakeReason
+from .values import FrozenValue, value_class
 
 T = TypeVar("T")
+
+_set = object.__setattr__  # a frozen value's fields, at build
 
 StateOrBuilder = TaskState | Callable[["Tx"], TaskState | None]
 
 
-@dataclass(frozen=True)
-class TaskView:
+@value_class
+class TaskView(FrozenValue):
     """What a phase sees of its task (a snapshot taken when the phase started)."""
 
+    __slots__ = (
+        "abort_reason",
+        "checkpoint",
+        "created_at",
+        "id",
+        "input",
+        "kind",
+        "owner",
+        "session_id",
+        "wake",
+    )
     id: str
     session_id: str
     kind: str
@@ -32,8 +45,30 @@ class TaskView:
     checkpoint: Checkpoint
     wake: WakeReason | None
     owner: str | None
-    abort_reason: str | None = None
-    created_at: float = 0.0
+    abort_reason: str | None
+    created_at: float
+
+    def __init__(
+        self,
+        id: str,
+        session_id: str,
+        kind: str,
+        input: Any,
+        checkpoint: Checkpoint,
+        wake: WakeReason | None,
+        owner: str | None,
+        abort_reason: str | None = None,
+        created_at: float = 0.0,
+    ) -> None:
+        _set(self, "id", id)
+        _set(self, "session_id", session_id)
+        _set(self, "kind", kind)
+        _set(self, "input", input)
+        _set(self, "checkpoint", checkpoint)
+        _set(self, "wake", wake)
+        _set(self, "owner", owner)
+        _set(self, "abort_reason", abort_reason)
+        _set(self, "created_at", created_at)
 
 
 class Tx(Protocol):
@@ -105,20 +140,58 @@ class TaskRuntime(Protocol):
 Phase = Callable[[TaskView, TaskRuntime], Awaitable[None]]
 
 
-@dataclass(frozen=True, eq=False)
-class TaskDefinition:
-    """A registered task kind. Build one with :func:`define_task`."""
+@value_class
+class TaskDefinition(FrozenValue):
+    """A registered task kind. Build one with :func:`define_task`. Equal only to itself."""
 
+    __slots__ = (
+        "__weakref__",
+        "_input_adapter",
+        "abort",
+        "initial",
+        "input_type",
+        "name",
+        "phases",
+        "rerun",
+        "version",
+    )
     name: str
     version: int
     initial: Callable[[Any], Checkpoint | str]
     phases: Mapping[str, Phase]
-    abort: Phase | None = None
-    input_type: Any = None
-    rerun: Callable[[Any, bool], bool] | None = None
+    abort: Phase | None
+    input_type: Any
+    rerun: Callable[[Any, bool], bool] | None
     # A pydantic TypeAdapter, typed Any: pydantic is imported with the first input_type only,
     # and a class's annotations must resolve without it (typing.get_type_hints).
-    _input_adapter: Any = field(default=None, repr=False)
+    _input_adapter: Any
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        initial: Callable[[Any], Checkpoint | str],
+        phases: Mapping[str, Phase],
+        abort: Phase | None = None,
+        input_type: Any = None,
+        rerun: Callable[[Any, bool], bool] | None = None,
+        _input_adapter: Any = None,
+    ) -> None:
+        _set(self, "name", name)
+        _set(self, "version", version)
+        _set(self, "initial", initial)
+        _set(self, "phases", phases)
+        _set(self, "abort", abort)
+        _set(self, "input_type", input_type)
+        _set(self, "rerun", rerun)
+        _set(self, "_input_adapter", _input_adapter)
+
+    def __repr__(self) -> str:  # the adapter left out, as its dataclass field was
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._names[:-1])
+        return f"TaskDefinition({shown})"
 
     def validate_input(self, value: Any) -> Any:
         """Validate the task's input (when the kind declared ``input_type``) into JSON form."""

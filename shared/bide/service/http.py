@@ -27,9 +27,9 @@ import re
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..engine.values import FrozenValue, value_class
 from . import observability as obs
 from .deps import Deps
 from .transport import hostile_json, json_response, json_text, run, unreadable_body
@@ -62,20 +62,47 @@ API_TITLE = "Bide sessions API"
 API_VERSION = "0.1.0"
 
 
-@dataclass(frozen=True)
-class RouteGroup:
+_set = object.__setattr__  # a frozen value's fields, at build
+
+
+@value_class
+class RouteGroup(FrozenValue):
     """The routes one function serves, and how its entry point answers what the routes
     cannot: a crash (500 with ``failure_error``) and, when ``text_bodies_only``, a body that
     is not UTF-8 text (400, before routing). With ``lenient_paths`` a path parameter takes
     any character but ``/``, and slashes around the path are ignored (see
     :func:`_segments_pattern`)."""
 
+    __slots__ = (
+        "failure_error",
+        "failure_log",
+        "lenient_paths",
+        "name",
+        "register",
+        "text_bodies_only",
+    )
     name: str
     register: Callable[[APIGatewayHttpResolver, Deps | None], None]
     failure_log: str
     failure_error: str
     text_bodies_only: bool
-    lenient_paths: bool = False
+    lenient_paths: bool
+
+    def __init__(
+        self,
+        name: str,
+        register: Callable[[APIGatewayHttpResolver, Deps | None], None],
+        failure_log: str,
+        failure_error: str,
+        text_bodies_only: bool,
+        lenient_paths: bool = False,
+    ) -> None:
+        _set(self, "name", name)
+        _set(self, "register", register)
+        _set(self, "failure_log", failure_log)
+        _set(self, "failure_error", failure_error)
+        _set(self, "text_bodies_only", text_bodies_only)
+        _set(self, "lenient_paths", lenient_paths)
 
 
 # Each group's routes are imported when its resolver is built: a function imports only the

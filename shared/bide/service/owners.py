@@ -33,12 +33,12 @@ caller's own partition (retried on a conflict with the caller's other creates).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..engine.errors import BideError, ConflictError, StoreUnavailable
 from ..engine.records import TaskRecord
 from ..engine.store.base import Doc, Store
+from ..engine.values import FrozenValue, value_class
 
 OWNER_KEY = "session/owner"
 INDEX_PARTITION_PREFIX = "#owner/"
@@ -57,12 +57,17 @@ class NoPrincipal(BideError):
     """The request carries no IAM principal (403): the route is IAM-authorised."""
 
 
-@dataclass(frozen=True)
-class Caller:
+@value_class
+class Caller(FrozenValue):
     """Who is asking, and whether the deployment names them an administrator."""
 
+    __slots__ = ("admin", "principal")
     principal: str
-    admin: bool = False
+    admin: bool
+
+    def __init__(self, principal: str, admin: bool = False) -> None:
+        object.__setattr__(self, "principal", principal)
+        object.__setattr__(self, "admin", admin)
 
 
 def principal_of(event: Mapping[str, Any]) -> str | None:

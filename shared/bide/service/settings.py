@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..constants import (
@@ -39,20 +38,56 @@ from ..engine.errors import BideError
 from ..engine.values import FrozenValue, frozen_value
 
 
-@dataclass(frozen=True)
-class _Rule:
+@frozen_value
+class _Rule(FrozenValue):
     """How one setting is read: its variable, what it must hold (for messages), and the
     checks its value must pass (a text setting: ``pattern`` and lengths; a number: a range)."""
 
+    __slots__ = (
+        "highest",
+        "lowest",
+        "max_length",
+        "meaning",
+        "min_length",
+        "number",
+        "pattern",
+        "required",
+        "var",
+    )
     var: str
     meaning: str
-    required: bool = False
-    number: bool = False
-    pattern: str | None = None
-    min_length: int | None = None
-    max_length: int | None = None
-    lowest: int | None = None
-    highest: int | None = None
+    required: bool
+    number: bool
+    pattern: str | None
+    min_length: int | None
+    max_length: int | None
+    lowest: int | None
+    highest: int | None
+
+    def __init__(
+        self,
+        var: str,
+        meaning: str,
+        required: bool = False,
+        number: bool = False,
+        pattern: str | None = None,
+        min_length: int | None = None,
+        max_length: int | None = None,
+        lowest: int | None = None,
+        highest: int | None = None,
+    ) -> None:
+        for name, value in (
+            ("var", var),
+            ("meaning", meaning),
+            ("required", required),
+            ("number", number),
+            ("pattern", pattern),
+            ("min_length", min_length),
+            ("max_length", max_length),
+            ("lowest", lowest),
+            ("highest", highest),
+        ):
+            object.__setattr__(self, name, value)
 
 
 # Field of Settings <- its rule. Plain checks, not a validation library: the settings are read

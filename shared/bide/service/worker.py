@@ -24,12 +24,12 @@ harmless; a lost one is not.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from ..constants import SCHEDULER_PRECISION_SECONDS, STOP_AT_SERVICE
 from ..engine.harness import Harness
 from ..engine.rules import Wake
 from ..engine.state import Sleeping
+from ..engine.values import FrozenValue, value_class
 from .deps import Deps
 from .retention import finish_end
 
@@ -39,19 +39,26 @@ from .retention import finish_end
 POLL_SECONDS = 5.0
 
 
-@dataclass(frozen=True)
-class WorkerRun:
+@value_class
+class WorkerRun(FrozenValue):
     """What one worker run did: the session's wake and what was armed."""
 
+    __slots__ = ("action", "session_id", "wake")
     session_id: str
     wake: Wake
     # "requeued" | "armed" | "disarmed" | "idle" (no alarm existed, none needed) | "kept" (a
     # targeted pass: the alarm, if any, belongs to other tasks and was left as it was)
     action: str
 
+    def __init__(self, session_id: str, wake: Wake, action: str) -> None:
+        object.__setattr__(self, "session_id", session_id)
+        object.__setattr__(self, "wake", wake)
+        object.__setattr__(self, "action", action)
 
-@dataclass(frozen=True)
-class _Pass:
+
+@value_class
+class _Pass(FrozenValue):
+    __slots__ = ("loaded_at", "may_have_alarm", "partial", "seq", "stopped", "wake")
     wake: Wake
     seq: int
     may_have_alarm: bool
@@ -66,6 +73,25 @@ class _Pass:
         return (
             self.partial and not (self.may_have_alarm or self.wake.active) and self.wake.at is None
         )
+
+    def __init__(
+        self,
+        wake: Wake,
+        seq: int,
+        may_have_alarm: bool,
+        loaded_at: float | None,
+        stopped: bool,
+        partial: bool,
+    ) -> None:
+        for name, value in (
+            ("wake", wake),
+            ("seq", seq),
+            ("may_have_alarm", may_have_alarm),
+            ("loaded_at", loaded_at),
+            ("stopped", stopped),
+            ("partial", partial),
+        ):
+            object.__setattr__(self, name, value)
 
 
 async def run_session(

@@ -26,10 +26,10 @@ import json
 import secrets
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..engine.errors import BideError
+from ..engine.values import FrozenValue, value_class
 
 #: The shortest key accepted, in bytes (UTF-8 of the key string): 256 bits.
 KEY_MIN_BYTES = 32
@@ -56,19 +56,22 @@ class WebhookKeys(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class StaticWebhookKeys:
+@value_class
+class StaticWebhookKeys(FrozenValue):
     """A current key and the previous keys still accepted, held in memory."""
 
+    __slots__ = ("current_key", "previous")
     current_key: bytes
-    previous: tuple[bytes, ...] = ()
+    previous: tuple[bytes, ...]
 
-    def __post_init__(self) -> None:
-        for name, key in (("current", self.current_key), *(("previous", k) for k in self.previous)):
+    def __init__(self, current_key: bytes, previous: tuple[bytes, ...] = ()) -> None:
+        for name, key in (("current", current_key), *(("previous", k) for k in previous)):
             if len(key) < KEY_MIN_BYTES:
                 raise WebhookKeyError(
                     f"webhook key {name!r} is {len(key)} bytes; at least {KEY_MIN_BYTES} needed"
                 )
+        object.__setattr__(self, "current_key", current_key)
+        object.__setattr__(self, "previous", previous)
 
     def current(self) -> bytes:
         """The key new webhooks are minted under."""

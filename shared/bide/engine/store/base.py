@@ -33,10 +33,12 @@ Every store implementation must pass ``tests/store_contract.py``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..records import TaskRecord
+from ..values import FrozenValue, value_class
+
+_set = object.__setattr__  # a frozen value's fields, at build
 
 MAX_COMMIT_ITEMS = 99  # records, documents and absent keys together, counted as passed in
 #: Tasks :meth:`Store.tasks_at_head` reads at once (a ``TransactGetItems`` reads at most 100
@@ -75,21 +77,34 @@ def check_absent(docs: Sequence[Doc], absent: Sequence[str]) -> None:
         )
 
 
-@dataclass(frozen=True)
-class Doc:
+@value_class
+class Doc(FrozenValue):
     """A document: a JSON value under a key (keys sort; use zero-padded numbers)."""
 
+    __slots__ = ("body", "key")
     key: str
     body: Any
 
+    def __init__(self, key: str, body: Any) -> None:
+        _set(self, "key", key)
+        _set(self, "body", body)
 
-@dataclass(frozen=True)
-class SessionSnapshot:
+
+@value_class
+class SessionSnapshot(FrozenValue):
     """A consistent view of a session: its sequence number and its live tasks by id."""
 
+    __slots__ = ("seq", "session_id", "tasks")
     session_id: str
     seq: int
-    tasks: dict[str, TaskRecord] = field(default_factory=dict)
+    tasks: dict[str, TaskRecord]
+
+    def __init__(
+        self, session_id: str, seq: int, tasks: dict[str, TaskRecord] | None = None
+    ) -> None:
+        _set(self, "session_id", session_id)
+        _set(self, "seq", seq)
+        _set(self, "tasks", {} if tasks is None else tasks)  # a fresh dict each, as before
 
 
 class Store(Protocol):
