@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -350,7 +349,7 @@ class Runtime:
             check_sleep(record, new, moved=d.moved_unread(record.id))
             # The heartbeat clock starts when the sleep parks; a phase cannot choose beat_by.
             beat_by = None if new.heartbeat is None else self._h.clock.now() + new.heartbeat
-            new = dataclasses.replace(new, beat_by=beat_by)
+            new = new.replace(beat_by=beat_by)
         elif isinstance(new, Waiting):
             check_wait(record, new, d.live(), lambda t: d.find(t) is not None)
         else:  # pragma: no cover - the union is closed
