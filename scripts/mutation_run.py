@@ -152,6 +152,16 @@ MUTANTS: tuple[Mutant, ...] = (
         what="the alarm is armed from a targeted pass's wake, which speaks for one task only",
     ),
     Mutant(
+        name="targeted-pass-first-run",
+        path="shared/bide/service/worker.py",
+        find=(
+            "        focus = None  # this process's first run of the session: whole (gates rerun)\n"
+        ),
+        replace="        pass\n",
+        tests=("tests/test_targeted_first_run.py",),
+        what="a worker's first run of a session is a targeted one: other calls' gates never rerun",
+    ),
+    Mutant(
         name="wake-path-stale-alarm",
         path="shared/bide/service/worker.py",
         find="    if undoes and deps.store.head(session_id) != done.seq:",

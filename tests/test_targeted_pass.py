@@ -244,6 +244,11 @@ def moto() -> Iterator[AwsBench]:
 
 @pytest.fixture(params=["sqlite", "dynamodb"])
 def host(request: pytest.FixtureRequest) -> Host:
+    return make_host(request)
+
+
+def make_host(request: pytest.FixtureRequest) -> Host:
+    """A host on SQLite or on the DynamoDB store (moto), as the fixture's param says."""
     if request.param == "sqlite":
         return Host(SQLiteStore())
     bench: AwsBench = request.getfixturevalue("moto")

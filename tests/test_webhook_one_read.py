@@ -329,6 +329,7 @@ def by_bide(stack: Stack, tally: Any) -> Counter[str]:
 async def webhook_rounds(stack: Stack, legacy: bool) -> list[Counter[str]]:
     sid = unique("hook-loop")
     looper = await history.built_history(stack, sid, Looper, 3)  # asleep on k3
+    await history.warm_worker(stack, sid)
     out = []
     for i in (3, 4):
         token = bind(stack, sid, looper, f"k{i}", legacy=legacy)

@@ -30,6 +30,7 @@ from ..engine.harness import Harness
 from ..engine.rules import Wake
 from ..engine.state import Sleeping
 from ..engine.values import FrozenValue, value_class
+from . import whole_runs
 from .deps import Deps
 from .retention import finish_end
 
@@ -116,11 +117,16 @@ async def run_session(
     deletes itself: a spare wake, never a lost one.)
 
     ``focus``: ``(task, owner or None)`` of a signal's wake: the first pass is a targeted
-    one (see the module)."""
+    one (see the module), unless this process has not yet run the session whole
+    (:mod:`bide.service.whole_runs`: its first run of a session reruns every parked gate)."""
+    if focus is not None and not whole_runs.ran_whole(deps.store, session_id):
+        focus = None  # this process's first run of the session: whole (gates rerun)
     may_have_alarm = False
     first = True
     while True:
         done = await _run_pass(deps, session_id, stop_at, focus)
+        if focus is None and not done.stopped:
+            whole_runs.mark_whole(deps.store, session_id)
         focus = None  # any pass after the first is a full one
         fired = first and fired_for is not None and done.loaded_at == fired_for
         may_have_alarm = may_have_alarm or (done.may_have_alarm and not fired)
