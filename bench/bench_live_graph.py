@@ -34,9 +34,11 @@ at most 3.
 
 Extra row (labelled, not the goal's): the same, but the signalled task is a ``Deadliner``, which
 sleeps on its next key WITH a deadline an hour on (a webhook with a timeout); the other tasks are
-Loopers as above, in sessions of their own. A targeted pass leaves the session's alarm alone
-only when its task had no deadline as loaded and has none after, so here a full pass (reading
-every live task) follows to arm the session-wide earliest deadline (``service.worker``). The
+Loopers as above, in sessions of their own (on moto, a table of their own: each row gets a
+fresh moto, whose writes slow down with every item of the table). A targeted pass leaves the
+session's alarm alone only when its task had no deadline as loaded and has none after, so here
+a full pass (reading every live task) follows to arm the session-wide earliest deadline
+(``service.worker``). The
 clock moves one second before each of its rounds, so each arms a new time. Its SQLite time is
 the median of DEADLINE_SQLITE_TRIALS rounds (each reads the whole session).
 
