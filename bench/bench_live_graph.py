@@ -38,9 +38,9 @@ Loopers as above, in sessions of their own (on moto, a table of their own: each 
 fresh moto, whose writes slow down with every item of the table). A targeted pass leaves the
 session's alarm alone only when its task had no deadline as loaded and has none after, so here
 a full pass (reading every live task) follows to arm the session-wide earliest deadline
-(``service.worker``). The
-clock moves one second before each of its rounds, so each arms a new time. Its SQLite time is
-the median of DEADLINE_SQLITE_TRIALS rounds (each reads the whole session).
+(``service.worker``). The clock moves one second before each of its rounds, so each arms a
+new time. Its SQLite time is the median of DEADLINE_SQLITE_TRIALS rounds (each reads the whole
+session).
 
 Run from the repository root:  PYTHONPATH=shared python bench/bench_live_graph.py
 Nothing here asserts on timings; it prints ratios measured in this one run.
