@@ -31,7 +31,7 @@ from bide import Harness, ManualClock, RandomIds, TaskRecord
 from bide.app import App
 from bide.aws.dynamodb import DynamoDBStore, create_table
 from bide.aws.scheduler import SchedulerAlarms, alarm_minute, at_expression, schedule_name
-from bide.aws.sqs import SqsWakeQueue, fired_for, parse_wake
+from bide.aws.sqs import SqsWakeQueue, fired_for, parse_wake, wake_focus
 from bide.constants import WORKER_TIMEOUT_SECONDS
 from bide.engine.errors import ConflictError
 from bide.engine.rules import Wake
@@ -390,7 +390,9 @@ class Deployment:
                     # As handle_worker does: an alarm's first delivery names its deadline.
                     receives = message.get("Attributes", {}).get("ApproximateReceiveCount")
                     fired = fired_for(message["Body"]) if receives == "1" else None
-                    asyncio.run(run_session(self.deps, session_id, fired_for=fired))
+                    # And a signal's wake names its task: the run is a targeted pass.
+                    focus = wake_focus(message["Body"])
+                    asyncio.run(run_session(self.deps, session_id, fired_for=fired, focus=focus))
             except Crash as crash:
                 self.crashes.append(f"worker: {crash}")
                 # The batch comes back after the queue's visibility timeout (6 x the worker's

@@ -30,7 +30,7 @@ from race_cloud import (
 from bide import Harness, ManualClock, RandomIds, SignalResult, TaskRecord
 from bide.aws.dynamodb import DynamoDBStore, create_table
 from bide.aws.scheduler import SchedulerAlarms, schedule_name
-from bide.aws.sqs import SqsWakeQueue, parse_wake
+from bide.aws.sqs import SqsWakeQueue, parse_wake, wake_focus
 from bide.service.deps import Deps
 from bide.service.signals import deliver
 from bide.service.worker import run_session
@@ -87,12 +87,13 @@ class Rig:
 
     # --- what runs in the threads
 
-    def invoke(self) -> bool:
+    def invoke(self, focus: tuple[str, str | None] | None = None) -> bool:
         """One worker invocation for the session (a Lambda run); False if it failed (its
-        wake would be delivered again)."""
-        self.count("worker runs")
+        wake would be delivered again). ``focus``: the task a signal's wake names (a
+        targeted pass, as handle_worker runs it)."""
+        self.count("worker runs" if focus is None else "worker runs (a signal's task)")
         try:
-            asyncio.run(run_session(self.deps, self.session_id))
+            asyncio.run(run_session(self.deps, self.session_id, focus=focus))
         except Exception as exc:
             self.count(f"worker failed: {type(exc).__name__}")
             return False
@@ -113,7 +114,7 @@ class Rig:
         failed = False
         for message in messages:
             assert parse_wake(message["Body"])[0] == self.session_id
-            failed = failed or not self.invoke()
+            failed = failed or not self.invoke(wake_focus(message["Body"]))
             handle = message["ReceiptHandle"]
             for _ in range(5):  # the poller's own calls are throttled too: it retries
                 try:
