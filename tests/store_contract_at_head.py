@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,6 +33,24 @@ def _task(task_id: str, session_id: str, n: int = 0) -> TaskRecord:
         created_at=0.0,
         memos={"n": n},
     )
+
+
+def run_together(*targets: Callable[[], None]) -> None:
+    """Run ``targets`` in threads at once; fail with what any raised, or if one hangs."""
+    failed: list[BaseException] = []
+
+    def guarded(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as exc:  # reported below
+            failed.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not failed and not any(t.is_alive() for t in threads), failed
 
 
 class AtHeadContract:
@@ -68,7 +87,6 @@ class AtHeadContract:
         store.commit(sid, 0, [_task("a", sid, 0)], [Doc("d", 0)])
         commits = 12
         seen: list[tuple[int, Any, Any]] = []
-        failed: list[BaseException] = []
 
         def writer() -> None:
             for n in range(1, commits + 1):
@@ -80,18 +98,7 @@ class AtHeadContract:
                 assert record is not None and doc is not None
                 seen.append((seq, record.memos["n"], doc.body))
 
-        def guarded(target: Any) -> None:
-            try:
-                target()
-            except BaseException as exc:  # reported below
-                failed.append(exc)
-
-        threads = [threading.Thread(target=guarded, args=(t,)) for t in (writer, reader)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        assert not failed and not any(t.is_alive() for t in threads), failed
+        run_together(writer, reader)
         assert seen and all(n == body == seq - 1 for seq, n, body in seen), seen
 
     def test_tasks_at_head_reads_the_seq_and_several_tasks_together(self, store: Store) -> None:
@@ -118,7 +125,6 @@ class AtHeadContract:
         store.commit(sid, 0, [_task("a", sid, 0), _task("b", sid, 0)])
         commits = 12
         seen: list[tuple[int, int, int]] = []
-        failed: list[BaseException] = []
 
         def writer() -> None:
             for n in range(1, commits + 1):
@@ -129,16 +135,5 @@ class AtHeadContract:
                 seq, found = other_store.tasks_at_head(sid, ["a", "b"])
                 seen.append((seq, found["a"].memos["n"], found["b"].memos["n"]))
 
-        def guarded(target: Any) -> None:
-            try:
-                target()
-            except BaseException as exc:  # reported below
-                failed.append(exc)
-
-        threads = [threading.Thread(target=guarded, args=(t,)) for t in (writer, reader)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        assert not failed and not any(t.is_alive() for t in threads), failed
+        run_together(writer, reader)
         assert seen and all(a == b == seq - 1 for seq, a, b in seen), seen
