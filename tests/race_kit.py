@@ -87,13 +87,15 @@ class Rig:
 
     # --- what runs in the threads
 
-    def invoke(self, focus: tuple[str, str | None] | None = None) -> bool:
+    def invoke(self, focus: tuple[str, str | None] | None = None, *, first: bool = False) -> bool:
         """One worker invocation for the session (a Lambda run); False if it failed (its
         wake would be delivered again). ``focus``: the task a signal's wake names (a
-        targeted pass, as handle_worker runs it)."""
+        targeted pass, as handle_worker runs it); ``first``: the wake's first delivery (the
+        pass holds the task's reservation until its first commit, as handle_worker does)."""
         self.count("worker runs" if focus is None else "worker runs (a signal's task)")
         try:
-            asyncio.run(run_session(self.deps, self.session_id, focus=focus))
+            run = run_session(self.deps, self.session_id, focus=focus, defer_reservation=first)
+            asyncio.run(run)
         except Exception as exc:
             self.count(f"worker failed: {type(exc).__name__}")
             return False
@@ -105,7 +107,10 @@ class Rig:
         sqs = self.cloud.sqs
         try:
             found = sqs.receive_message(
-                QueueUrl=self.queue_url, MaxNumberOfMessages=10, VisibilityTimeout=60
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=10,
+                VisibilityTimeout=60,
+                AttributeNames=["ApproximateReceiveCount"],
             )
         except Exception:
             self.count("poll failed")
@@ -114,7 +119,8 @@ class Rig:
         failed = False
         for message in messages:
             assert parse_wake(message["Body"])[0] == self.session_id
-            failed = failed or not self.invoke(wake_focus(message["Body"]))
+            first = message.get("Attributes", {}).get("ApproximateReceiveCount") == "1"
+            failed = failed or not self.invoke(wake_focus(message["Body"]), first=first)
             handle = message["ReceiptHandle"]
             for _ in range(5):  # the poller's own calls are throttled too: it retries
                 try:

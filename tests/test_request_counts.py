@@ -25,7 +25,9 @@ SIGNAL_THEN_WAIT = Counter(
         # The signal function: the head and the task together; then the worker's targeted
         # pass (its wake names the task): the head and that task alone, no Query of the rest.
         "dynamodb:TransactGetItems": 2,
-        "dynamodb:TransactWriteItems": 3,  # its commit; the worker's wake and its next sleep
+        # Its commit; the worker's next sleep, which carries the reservation of the wake (a
+        # first delivery holds it until the task's first commit: bide.engine.deferred).
+        "dynamodb:TransactWriteItems": 2,
         "sqs:SendMessage": 1,  # the signal function's wake
     }
 )

@@ -35,17 +35,19 @@ WARM = Counter(
         # owner, if any) read together (a second TransactGetItems, no Query of the session);
         "dynamodb:TransactGetItems": 2,
         "sqs:SendMessage": 1,
-        # then two commits:
-        #   1. the claim: the task running with its wake, the consumed value moved to its
-        #      signal document. No intent commit follows: a replay-safe workflow body needs
-        #      none (docs/reliability.md, "a woken workflow body commits no intent");
-        #   2. the park on the next key (sleeping), with the resolution of the wait the body
-        #      was parked on (its two memos, held: the value is in the consumed key's
-        #      document, so a replay reads the same one) and the next wait's record (its
-        #      operation memo, staged when the wait began: Runtime.stage_memo), requiring
-        #      the next key's signal document absent instead of the poll reading it (a key
-        #      consumed or expired earlier is no longer on the record).
-        "dynamodb:TransactWriteItems": 3,
+        # then the signal function's commit and the worker's one: the park on the next key
+        # (sleeping), which carries
+        #   * the claim the worker held until then (a first delivery: bide.engine.deferred):
+        #     the consumed value moved to its signal document. No intent commit comes
+        #     between: a replay-safe workflow body needs none (docs/reliability.md, "a woken
+        #     workflow body commits no intent");
+        #   * the resolution of the wait the body was parked on (its two memos, held: the
+        #     value is in the consumed key's document, so a replay reads the same one) and
+        #     the next wait's record (its operation memo, staged when the wait began:
+        #     Runtime.stage_memo), requiring the next key's signal document absent instead
+        #     of the poll reading it (a key consumed or expired earlier is no longer on the
+        #     record).
+        "dynamodb:TransactWriteItems": 2,
     }
 )
 COLD_WITH_PAGES = WARM + Counter({"dynamodb:Query": 1})  # the sealed pages, listed in one Query
@@ -67,4 +69,4 @@ def test_a_workflow_body_signal_then_next_wait_makes_the_pinned_requests(waits: 
     for tally in cells[flow.COLD]:
         assert by_bide(tally) == cold
         assert sum(tally.wakes.values()) == 1
-    assert sum(WARM.values()) == 6  # issue 12 goal 3's budget (the task loop's)
+    assert sum(WARM.values()) == 5 < 6  # under issue 12 goal 3's budget (the task loop's)

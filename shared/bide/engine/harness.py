@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from . import scheduler
+from . import creation, deferred, scheduler
 from .budgets import check_commit
 from .clock import Clock, SystemClock
 from .errors import (
@@ -25,13 +25,11 @@ from .errors import (
     DefinitionError,
     DocumentExists,
     HarnessClosed,
-    KeyReuseError,
     StoreFailedMidRun,
     StoreUnavailable,
-    UnknownTaskKind,
 )
-from .ids import IdSource, RandomIds, keyed_id
-from .kernel import IN_INVOCATION, ViewMoved, require_json
+from .ids import IdSource, RandomIds
+from .kernel import IN_INVOCATION, ViewMoved
 from .kernel import Draft as Draft  # re-exported: callers building commits look for it here
 from .partial import read_focus
 from .records import TaskRecord
@@ -45,7 +43,7 @@ from .rules import (
     live_children,
 )
 from .signals import SignalResult, SignalToken
-from .state import Completing, Outcome, Pending, Running, Terminal
+from .state import Completing, Outcome, Running, Terminal
 from .store.base import MAX_COMMIT_ITEMS, Doc, Store
 from .tasks import TaskDefinition
 
@@ -75,6 +73,7 @@ class Harness:
         lease_seconds: float | None = None,
         woken_after_writes: bool = False,
         focus: tuple[str, str | None] | None = None,
+        defer_reservation: bool = False,
     ) -> None:
         if lease_seconds is not None and not lease_seconds > 0:
             raise DefinitionError(f"lease_seconds must be > 0 (or None), not {lease_seconds!r}")
@@ -99,6 +98,12 @@ class Harness:
         """``(task id, its owner's id or None)``: ``open()`` reads that task alone when it
         may (:mod:`bide.engine.partial`) and the run starts on that partial view; otherwise
         it loads the whole session. For a run owed to one task (a signal's wake)."""
+        self.defer_reservation = defer_reservation
+        """With ``focus``: hold the focus task's reservation until its first commit
+        (:mod:`bide.engine.deferred`); a phase that has not committed after
+        :attr:`defer_flush_seconds` (loop time) gets it committed alone."""
+        self.defer_flush_seconds = 1.0
+        self._deferred: Draft | None = None  # a reservation held until the next commit
         self._defs: dict[tuple[str, int], TaskDefinition] = {}
         for definition in tasks:
             self.register(definition)
@@ -245,7 +250,8 @@ class Harness:
             while not self._closed and not self._closing:
                 self._truncated = False
                 if stop_at is None or self.clock.now() < stop_at:
-                    for task_id, invocation in self._apply(lambda d: scheduler.reserve(self, d)):
+                    reserve = lambda d: scheduler.reserve(self, d)  # noqa: E731
+                    for task_id, invocation in self._apply(reserve, defer=True):
                         scheduler.spawn(self, task_id, invocation)
                     self._first_pass = False
                 if self._truncated and (stop_at is None or self.clock.now() < stop_at):
@@ -263,9 +269,13 @@ class Harness:
                 self._changed.clear()
                 waiter = asyncio.ensure_future(self._changed.wait())
                 done, _ = await asyncio.wait(
-                    {*self._inflight.values(), waiter}, return_when=asyncio.FIRST_COMPLETED
+                    {*self._inflight.values(), waiter},
+                    return_when=asyncio.FIRST_COMPLETED,
+                    timeout=self.defer_flush_seconds if self._deferred else None,
                 )
                 waiter.cancel()
+                if not done and self._deferred is not None:
+                    self._apply(lambda d: None, flush=True)  # a long phase: commit it alone
                 for task in done:
                     if task is not waiter and not task.cancelled() and task.exception():
                         raise task.exception()  # type: ignore[misc]
@@ -281,6 +291,9 @@ class Harness:
             # invocation too, write nothing more. The store holds whatever was committed.
             await self._die()
             raise
+        if self._deferred is not None:  # held past its run (no commit followed): never written
+            self._deferred = None
+            self._reload()
         return self.wake()
 
     def _abandon_after_store_failure(self) -> None:
@@ -378,46 +391,8 @@ class Harness:
         owner: str | None,
         background: bool,
     ) -> str:
-        """Stage a new task (or find the one a key already names)."""
-        if self._defs.get((kind.name, kind.version)) is not kind:
-            raise UnknownTaskKind(
-                f"task kind {kind.name!r} v{kind.version} is not registered with this harness"
-            )
-        value = kind.validate_input(input)
-        require_json(value, f"input of task kind {kind.name!r}")
-        if key is not None:
-            task_id = keyed_id("t-", self.session_id, owner or "", key)
-            existing = d.find(task_id)
-            if existing is not None:
-                if existing.kind != kind.name or existing.input != value:
-                    raise KeyReuseError(
-                        f"key {key!r} already names a {existing.kind!r} task with other input"
-                    )
-                return task_id
-        else:
-            task_id = self.ids.new_id("t-")
-            for _ in range(8):  # an id source that repeats (e.g. after a restart) never overwrites
-                if d.find(task_id) is None:
-                    break
-                task_id = self.ids.new_id("t-")
-            else:
-                raise DefinitionError(f"the id source keeps returning used ids ({task_id!r})")
-        checkpoint = kind.initial(value)
-        d.put(
-            TaskRecord(
-                id=task_id,
-                session_id=self.session_id,
-                kind=kind.name,
-                version=kind.version,
-                input=value,
-                owner=owner,
-                background=background,
-                key=key,
-                state=Pending(checkpoint=checkpoint),
-                created_at=self.clock.now(),
-            )
-        )
-        return task_id
+        """Stage a new task (or find the one a key already names): :func:`creation.new_task`."""
+        return creation.new_task(self, d, kind, input, key=key, owner=owner, background=background)
 
     def _finish(self, d: Draft, record: TaskRecord, outcome: Outcome) -> None:
         """End a task: terminal, or completing while owned work is live (that work is
@@ -434,7 +409,9 @@ class Harness:
             # Memos and signal values live exactly as long as the task.
             d.put(bump(record, state=Terminal(outcome=outcome), memos={}, memo_pages=0, signals={}))
 
-    def _apply(self, change: Callable[[Draft], R]) -> R:
+    def _apply(
+        self, change: Callable[[Draft], R], *, defer: bool = False, flush: bool = False
+    ) -> R:
         """Evaluate ``change`` against the adopted view and commit its writes; on a conflict
         reload and evaluate it again (it decides afresh; nothing stale is resent).
 
@@ -443,7 +420,10 @@ class Harness:
         ``change`` is decided again knowing it, as if it had been read first; when the
         conditions do not fit the commit (or the commit writes one of those keys), they are
         read instead, then ``change`` is decided again. Neither counts as an attempt: each
-        learns documents for good, so the next evaluation requires fewer keys absent."""
+        learns documents for good, so the next evaluation requires fewer keys absent.
+
+        A reservation held (:mod:`bide.engine.deferred`) goes with the next commit; ``defer``:
+        hold this one, if it may be; ``flush``: commit a held one even with nothing else."""
         with self._store_errors():
             attempts = 0
             while attempts < _COMMIT_ATTEMPTS:
@@ -455,8 +435,12 @@ class Harness:
                 except ViewMoved:
                     attempts += 1  # the whole session is loaded now, at a newer seq
                     continue
-                if not draft.writes and not draft.docs:
+                if not draft.writes and not draft.docs and not (flush and self._deferred):
                     return result
+                if defer and self._hold(draft):
+                    return result
+                if self._deferred is not None:  # its writes first: the change's replace them
+                    draft = deferred.merged(self._deferred, draft)
                 check_commit(self._live, draft.writes.values(), draft.docs)  # ValueRefused
                 absent = sorted(draft.absent)
                 if absent and (
@@ -480,6 +464,7 @@ class Harness:
                         raise  # names no key this commit checked: a store bug, not a retry
                     self._docs.update(exc.found)  # as they stand at this seq: decide again
                     continue
+                self._deferred = None
                 self._docs.update(dict.fromkeys(absent))  # proven absent; none was written
                 self._docs.update(draft.docs)
                 self._adopt(draft.writes.values())
@@ -553,6 +538,23 @@ class Harness:
                 self._loaded.setdefault(task_id, record)
         self._partial = False
         self._changed.set()
+        if self._deferred is not None and self.focus is not None:
+            self._deferred = deferred.restage(self, self._deferred, self.focus[0])
+            if self._deferred is not None:
+                self._docs.update(self._deferred.docs)
+                self._adopt(self._deferred.writes.values())
+
+    def _hold(self, draft: Draft) -> bool:
+        """Hold ``draft`` (a reservation) for the next commit, adopted in memory, if it may."""
+        focus = self.focus[0] if self.focus is not None and self._partial else None
+        if not self.defer_reservation or self._deferred is not None:
+            return False
+        if not deferred.may_defer(self, draft, focus):
+            return False
+        self._deferred = draft
+        self._docs.update(draft.docs)
+        self._adopt(draft.writes.values())
+        return True
 
     def _load_focus(self, task_id: str, owner_id: str | None) -> bool:
         """Adopt the task alone (True) when :func:`read_focus` allows, else read nothing more."""

@@ -154,32 +154,49 @@ def reserve(h: Kernel, d: Draft) -> list[tuple[str, str]]:
             # than one commit): start nothing before it arrives, as one big commit would.
             h._truncated = True
             continue
-        if record.abort_marked:
-            if not runnable_for_abort(record, live):
-                continue
-            checkpoint = state.checkpoint  # type: ignore[union-attr]
-            wake = state.wake if isinstance(state, Pending) else None
-            signals = record.signals
-        elif isinstance(state, Pending):
-            checkpoint, wake, signals = state.checkpoint, state.wake, record.signals
-        elif isinstance(state, Sleeping | Waiting):
-            found = wakeup(record, now, h.outcome)
-            if found is not None:
-                checkpoint, wake = state.checkpoint, found.wake
-                signals = move_final(h, d, record.id, found.signals)
-            elif h._reruns(record):
-                checkpoint, wake, signals = state.checkpoint, None, record.signals
-            else:
-                continue
-        else:
-            continue
-        invocation = h.ids.new_id("i-")
-        running = Running(
-            checkpoint=checkpoint, wake=wake, invocation=invocation, lease_until=lease
-        )
-        d.put(bump(record, state=running, signals=signals))
-        started.append((record.id, invocation))
+        running = start(h, d, record, now, lease, live)
+        if running is not None and running.invocation is not None:
+            started.append((record.id, running.invocation))
     return started
+
+
+def start(
+    h: Kernel,
+    d: Draft,
+    record: TaskRecord,
+    now: float,
+    lease: float | None,
+    live: Mapping[str, TaskRecord],
+    invocation: str | None = None,
+) -> Running | None:
+    """Stage ``record`` running when it may start now (its abort handler once its owned work
+    in ``live`` ended; a pending task; a parked one woken or asking to rerun), with the final
+    slots its wake leaves moved off (:func:`move_final`), under ``invocation`` (a new one when
+    None). The running state staged, or None (nothing staged) when it may not start."""
+    state = record.state
+    if record.abort_marked:
+        if not runnable_for_abort(record, live):
+            return None
+        checkpoint = state.checkpoint  # type: ignore[union-attr]
+        wake = state.wake if isinstance(state, Pending) else None
+        signals = record.signals
+    elif isinstance(state, Pending):
+        checkpoint, wake, signals = state.checkpoint, state.wake, record.signals
+    elif isinstance(state, Sleeping | Waiting):
+        found = wakeup(record, now, h.outcome)
+        if found is not None:
+            checkpoint, wake = state.checkpoint, found.wake
+            signals = move_final(h, d, record.id, found.signals)
+        elif h._reruns(record):
+            checkpoint, wake, signals = state.checkpoint, None, record.signals
+        else:
+            return None
+    else:
+        return None
+    invocation = invocation or h.ids.new_id("i-")
+    running = Running(checkpoint=checkpoint, wake=wake, invocation=invocation, lease_until=lease)
+    d.put(bump(record, state=running, signals=signals))
+    return running
 
 
 def move_final(

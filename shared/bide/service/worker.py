@@ -102,6 +102,7 @@ async def run_session(
     stop_at: float | None = None,
     fired_for: float | None = None,
     focus: tuple[str, str | None] | None = None,
+    defer_reservation: bool = False,
 ) -> WorkerRun:
     """Run ``session_id`` until parked (or until ``stop_at``), then make sure it runs again
     exactly when it must: at once when still active (or cut off at ``stop_at``), after an
@@ -118,13 +119,16 @@ async def run_session(
 
     ``focus``: ``(task, owner or None)`` of a signal's wake: the first pass is a targeted
     one (see the module), unless this process has not yet run the session whole
-    (:mod:`bide.service.whole_runs`: its first run of a session reruns every parked gate)."""
+    (:mod:`bide.service.whole_runs`: its first run of a session reruns every parked gate).
+    ``defer_reservation``: that targeted pass holds the task's reservation until the task's
+    first commit (:mod:`bide.engine.deferred`): only on a wake's first delivery and attempt,
+    so a run after a failed one reserves first and its crashes count as restarts."""
     if focus is not None and not whole_runs.ran_whole(deps.store, session_id):
         focus = None  # this process's first run of the session: whole (gates rerun)
     may_have_alarm = False
     first = True
     while True:
-        done = await _run_pass(deps, session_id, stop_at, focus)
+        done = await _run_pass(deps, session_id, stop_at, focus, defer_reservation)
         if focus is None and not done.stopped:
             whole_runs.mark_whole(deps.store, session_id)
         focus = None  # any pass after the first is a full one
@@ -157,7 +161,11 @@ async def run_session(
 
 
 async def _run_pass(
-    deps: Deps, session_id: str, stop_at: float | None, focus: tuple[str, str | None] | None
+    deps: Deps,
+    session_id: str,
+    stop_at: float | None,
+    focus: tuple[str, str | None] | None,
+    defer_reservation: bool = False,
 ) -> _Pass:
     harness = Harness(
         deps.store,
@@ -176,6 +184,7 @@ async def _run_pass(
         # the head once more before parking.
         woken_after_writes=True,
         focus=focus,
+        defer_reservation=defer_reservation,
     )
     await harness.open()
     run = asyncio.ensure_future(harness.run_until_parked(stop_at=stop_at))

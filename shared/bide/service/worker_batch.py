@@ -151,7 +151,13 @@ async def _wake_one(deps: Deps, record: dict[str, Any], stop_at: float | None) -
             fired = fired_for(body) if first_delivery and attempt == 1 else None
             try:
                 done = await run_session(
-                    deps, session_id, stop_at=stop_at, fired_for=fired, focus=focus
+                    deps,
+                    session_id,
+                    stop_at=stop_at,
+                    fired_for=fired,
+                    focus=focus,
+                    # Held only on a first try: a retry's crashes then count as restarts.
+                    defer_reservation=first_delivery and attempt == 1,
                 )
                 break
             except Exception as exc:
