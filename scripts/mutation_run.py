@@ -162,6 +162,22 @@ MUTANTS: tuple[Mutant, ...] = (
         what="a worker's first run of a session is a targeted one: other calls' gates never rerun",
     ),
     Mutant(
+        name="held-reservation-not-restaged",
+        path="shared/bide/engine/deferred.py",
+        find="    old = held.writes[focus].state\n",
+        replace="    return None\n",
+        tests=("tests/test_deferred_reservation.py",),
+        what="a held reservation is dropped at a conflict: the phase that ran is run again",
+    ),
+    Mutant(
+        name="held-reservation-over-the-commit",
+        path="shared/bide/engine/deferred.py",
+        find="    out.writes = {**held.writes, **draft.writes}\n",
+        replace="    out.writes = {**draft.writes, **held.writes}\n",
+        tests=("tests/test_model_based.py",),
+        what="the held reservation replaces the phase's own record in the commit that carries it",
+    ),
+    Mutant(
         name="wake-path-stale-alarm",
         path="shared/bide/service/worker.py",
         find="    if undoes and deps.store.head(session_id) != done.seq:",

@@ -32,9 +32,13 @@ class HarnessProcesses:
         """Run ``coro`` to its end on the machine's loop."""
         return self.loop.run_until_complete(coro)
 
-    def new_harness(self, focus: tuple[str, str | None] | None = None) -> Harness:
+    def new_harness(
+        self, focus: tuple[str, str | None] | None = None, *, defer: bool = False
+    ) -> Harness:
         """A harness (a process) for the session, not yet attached; with ``focus``, one that
-        opens on that task alone when it may (a worker's targeted pass for a signal's wake)."""
+        opens on that task alone when it may (a worker's targeted pass for a signal's wake);
+        ``defer``: it holds that task's reservation until the task's first commit (a wake's
+        first delivery: bide.engine.deferred)."""
         return Harness(
             self.store,
             self.session,
@@ -44,14 +48,16 @@ class HarnessProcesses:
             restart_limit=RESTART_LIMIT,
             lease_seconds=LEASE,
             focus=focus,
+            defer_reservation=defer,
         )
 
-    def targeted_pass(self, task_id: str, owner: str | None) -> bool:
+    def targeted_pass(self, task_id: str, owner: str | None, *, defer: bool = False) -> bool:
         """A worker's targeted pass for a signal's wake to ``task_id`` (``owner``: the id the
-        wake names with it), in a process of its own; whether it stayed partial."""
+        wake names with it), in a process of its own; whether it stayed partial. ``defer``: as
+        on a wake's first delivery, the task's reservation rides with its first commit."""
 
         async def targeted() -> bool:
-            h = self.new_harness(focus=(task_id, owner))
+            h = self.new_harness(focus=(task_id, owner), defer=defer)
             await h.open()
             await h.run_until_parked()
             partial = h.partial

@@ -392,15 +392,9 @@ class Deployment:
                     fired = fired_for(message["Body"]) if receives == "1" else None
                     # And a signal's wake names its task: the run is a targeted pass.
                     focus = wake_focus(message["Body"])
-                    # Its reservation held until the task's first commit on a first delivery.
-                    run = run_session(
-                        self.deps,
-                        session_id,
-                        fired_for=fired,
-                        focus=focus,
-                        defer_reservation=receives == "1",
-                    )
-                    asyncio.run(run)
+                    # (Its reservation held until the task's first commit on a first delivery.)
+                    first = dict(focus=focus, defer_reservation=receives == "1")
+                    asyncio.run(run_session(self.deps, session_id, fired_for=fired, **first))
             except Crash as crash:
                 self.crashes.append(f"worker: {crash}")
                 # The batch comes back after the queue's visibility timeout (6 x the worker's

@@ -239,24 +239,26 @@ class EngineMachine(StopsMidPhase, HarnessProcesses, RuleBasedStateMachine):
         if then_run == "full":
             self.run_until_parked()
         elif then_run == "targeted":
-            self.targeted_run(t.id)
+            self.targeted_run(t.id, defer=True)
 
     @precondition(lambda self: bool(self.model.tasks))
     @rule(data=st.data())
     def targeted_wake(self, data: st.DataObject) -> None:
         """A signal's wake for any task (live or ended, or an unknown id), arriving whenever:
         its value may be stored already, come later, or have been refused."""
-        self.targeted_run(data.draw(st.sampled_from(sorted(self.model.tasks) + UNKNOWN_IDS)))
+        task_id = data.draw(st.sampled_from(sorted(self.model.tasks) + UNKNOWN_IDS))
+        self.targeted_run(task_id, defer=data.draw(st.booleans(), label="first delivery"))
 
-    def targeted_run(self, task_id: str) -> None:
+    def targeted_run(self, task_id: str, *, defer: bool = False) -> None:
         """The worker's targeted pass on ``task_id``, then a full pass: together they must
         leave the store where the model's run leaves it (nothing lost, nothing run twice)."""
         now = self.clock.now()
         self.model.open(now)
         self.model.run_until_parked(now)
         self.trap.calls = 0
-        partial = self.targeted_pass(task_id, None)
+        partial = self.targeted_pass(task_id, None, defer=defer)
         event(f"targeted pass ({'stayed partial' if partial else 'loaded the session'})")
+        event(f"targeted pass ({'reservation held' if defer else 'reservation first'})")
         # The session's other wakes: this machine's process runs it (and so sees what the
         # targeted pass wrote: its view is never left stale for the next rule).
         got = self.run(self.harness.run_until_parked())

@@ -156,8 +156,10 @@ class FamilyMachine(HarnessProcesses, RuleBasedStateMachine):
         record = self.observer().task(task_id)
         owner = {"owner": record.owner, "none": None, "wrong": task_id}[hint] if record else None
         self.trap.calls = 0
-        partial = self.targeted_pass(task_id, owner)
+        defer = data.draw(st.booleans(), label="first delivery")
+        partial = self.targeted_pass(task_id, owner, defer=defer)
         event(f"family: targeted pass ({'stayed partial' if partial else 'loaded the session'})")
+        event(f"family: targeted pass ({'reservation held' if defer else 'reservation first'})")
 
     @rule()
     def settle(self) -> None:
