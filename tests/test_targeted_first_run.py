@@ -1,27 +1,16 @@
 """A worker process runs each session whole the first time it runs it (bide.service.whole_runs),
 even for a signal's wake: design 001 ch. VIII asks every call parked at its gates again on the
 first pass after open (a restart: new code, maybe new gates), and a targeted pass opens on one
-task only. The host, app and fixtures are tests/test_targeted_pass.py's."""
+task only. The host, app and fixtures are tests/targeted_kit.py's, as test_targeted_pass uses
+them."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
-import pytest
-from aws_fixtures import AwsBench, moto_bench
-from test_targeted_pass import APP, Host, Looper, make_host
+from targeted_kit import APP, Host, Looper, host_fixtures
 
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[AwsBench]:
-    with moto_bench() as bench:
-        yield bench
-
-
-@pytest.fixture(params=["sqlite", "dynamodb"])
-def host(request: pytest.FixtureRequest) -> Host:
-    return make_host(request)
+moto, host = host_fixtures()
 
 
 def test_a_worker_process_runs_each_session_whole_the_first_time(host: Host) -> None:

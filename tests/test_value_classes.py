@@ -6,13 +6,17 @@ behave as the dataclass it replaced did (tests/test_frozen_values.py checks the 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import pickle
 import weakref
 from typing import Any
 
 import pytest
+from value_kit import (
+    check_copies_and_pickles,
+    check_equal_and_hashed_by_every_field,
+    check_frozen_and_slotted,
+)
 
 from bide.engine.clock import SystemClock
 from bide.engine.rules import SignalDecision, Wake, Wakeup
@@ -116,15 +120,6 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
 IDS = [type(value).__name__ for value, _ in SAMPLES]
 
 
-def _hashable(*values: Any) -> bool:
-    try:
-        for value in values:
-            hash(value)
-    except TypeError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize(("value", "other"), SAMPLES, ids=IDS)
 def test_fields_in_order_and_positional_as_the_dataclass(value: Any, other: dict[str, Any]) -> None:
     names = field_names(value)
@@ -138,34 +133,15 @@ def test_fields_in_order_and_positional_as_the_dataclass(value: Any, other: dict
 
 @pytest.mark.parametrize(("value", "other"), SAMPLES, ids=IDS)
 def test_equal_and_hashed_by_every_field(value: Any, other: dict[str, Any]) -> None:
-    twin = value.replace()
-    assert twin == value and twin is not value and not twin != value  # noqa: SIM202 - __ne__ too
-    # Hashable exactly when every field is, as a frozen dataclass (its hash is theirs).
-    assert _hashable(value) is _hashable(*(getattr(value, n) for n in other))
-    if _hashable(value):
-        assert hash(twin) == hash(value)
-    for name, changed in other.items():
-        different = value.replace(**{name: changed})
-        assert getattr(different, name) == changed
-        assert all(getattr(different, n) == getattr(value, n) for n in other if n != name)
-        assert different != value and value != different, name
-        if _hashable(value, different):
-            assert hash(different) != hash(value), name
-    assert value != object() and value != tuple(getattr(value, n) for n in field_names(value))
+    check_equal_and_hashed_by_every_field(value, other)
 
 
 @pytest.mark.parametrize(("value", "other"), SAMPLES, ids=IDS)
 def test_frozen_slotted_printed_copied_and_pickled(value: Any, other: dict[str, Any]) -> None:
-    assert not hasattr(value, "__dict__")
-    for name in [*other, "unknown"]:
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            setattr(value, name, 1)
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            delattr(value, name)
+    check_frozen_and_slotted(value, other)
     shown = ", ".join(f"{n}={getattr(value, n)!r}" for n in other)
     assert repr(value) == f"{type(value).__qualname__}({shown})"  # as a dataclass printed it
-    for twin in (copy.copy(value), copy.deepcopy(value), pickle.loads(pickle.dumps(value))):
-        assert type(twin) is type(value) and twin == value
+    check_copies_and_pickles(value, other)
 
 
 def test_a_signal_keys_slot_is_a_cache_not_a_field() -> None:

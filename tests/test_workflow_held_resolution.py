@@ -16,12 +16,17 @@ with no intent commit between them (a replay-safe workflow body needs none:
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
-
 import pytest
 from kit import ANSWER, run
 from test_workflow_support import Note, Tools
+from workflow_round_kit import (
+    crash_and_recover,
+    crash_until_terminal,
+    deliver,
+    parked_call,
+    round_commits,
+    woken,
+)
 
 from bide import SQLiteStore
 from bide.engine.harness import DEFAULT_RESTART_LIMIT
@@ -53,12 +58,9 @@ def test_a_step_runs_once_the_resolution_it_may_use_is_durable():
             await ctx.step(act, name="act")
             return got + (await ctx.wait_for(ANSWER, "b")).text
 
-        t = await Tools(define_workflow_tool("w", "", Note, body)).start()
-        call = await t.call("w", {})
+        t, call = await woken(define_workflow_tool("w", "", Note, body))
         await t.h.run_until_parked()
-        assert await t.h.signal(call, ANSWER, "a", {"text": "A"}) == "delivered"
-        await t.h.run_until_parked()
-        assert await t.h.signal(call, ANSWER, "b", {"text": "B"}) == "delivered"
+        await deliver(t, call, "b")
         await t.h.run_until_parked()
         return t.result(call).text
 
@@ -74,10 +76,7 @@ def test_a_progress_event_is_written_with_the_resolution_it_may_tell():
             return got + (await ctx.wait_for(ANSWER, "b")).text
 
         store = FaultyStore(SQLiteStore())
-        t = await Tools(define_workflow_tool("w", "", Note, body), store=store).start()
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
-        assert await t.h.signal(call, ANSWER, "a", {"text": "A"}) == "delivered"
+        t, call = await woken(define_workflow_tool("w", "", Note, body), store=store)
         # Die at the park on "b": the progress event's commit came before it.
         store.match = lambda writes: any(r.state.status == "sleeping" for r in writes)
         with pytest.raises(Crash):
@@ -87,7 +86,7 @@ def test_a_progress_event_is_written_with_the_resolution_it_may_tell():
         assert _durable_memos(t, call)[result_memo(1)] == {"v": {"text": "A"}}
         await t.reopen()
         await t.h.run_until_parked()
-        assert await t.h.signal(call, ANSWER, "b", {"text": "B"}) == "delivered"
+        await deliver(t, call, "b")
         await t.h.run_until_parked()
         return t.result(call).text
 
@@ -105,29 +104,14 @@ async def _stepping_round(store: FaultyStore, steps: list[str]) -> tuple[Tools, 
         done = await ctx.step(act, name="act")
         return done + (await ctx.wait_for(ANSWER, "b")).text
 
-    t = await Tools(define_workflow_tool("w", "", Note, body), store=store).start()
-    call = await t.call("w", {})
-    await t.h.run_until_parked()
-    assert await t.h.signal(call, ANSWER, "a", {"text": "A"}) == "delivered"
-    return t, call
-
-
-def _stepping_commits() -> int:
-    async def go():
-        store = FaultyStore(SQLiteStore())
-        t, _ = await _stepping_round(store, [])
-        before = store.commits
-        await t.h.run_until_parked()
-        return store.commits - before
-
-    return run(go())
+    return await woken(define_workflow_tool("w", "", Note, body), store=store)
 
 
 STEPPING_COMMITS = 4  # the claim, the held resolution (before the step), the step, the park
 
 
 def test_a_round_with_a_step_makes_four_commits():
-    assert _stepping_commits() == STEPPING_COMMITS
+    assert round_commits(lambda store: _stepping_round(store, [])) == STEPPING_COMMITS
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -138,14 +122,8 @@ def test_a_crash_at_any_commit_of_a_round_with_a_step_reads_the_value_once(at: i
     async def go():
         store = FaultyStore(SQLiteStore(), when=when)  # type: ignore[arg-type]
         t, call = await _stepping_round(store, steps)
-        store.fail_at = store.commits + at
-        with contextlib.suppress(Crash):
-            await t.h.run_until_parked()
-        assert store.crashed
-        await t.reopen()
-        await t.h.run_until_parked()
-        assert t.status(call) == "sleeping"
-        assert await t.h.signal(call, ANSWER, "b", {"text": "B"}) == "delivered"
+        await crash_and_recover(t, store, at, call)
+        await deliver(t, call, "b")
         await t.h.run_until_parked()
         return t.result(call).text
 
@@ -165,18 +143,8 @@ def test_a_body_that_crashes_on_every_run_reaches_the_restart_limit():
             runs.append(1)
             raise Crash()  # the process dies while the woken body runs
 
-        t = await Tools(define_workflow_tool("w", "", Note, body)).start()
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
-        assert await t.h.signal(call, ANSWER, "a", {"text": "A"}) == "delivered"
-        for _ in range(DEFAULT_RESTART_LIMIT + 3):
-            if t.status(call) == "terminal":
-                break
-            with contextlib.suppress(Crash):
-                await t.h.run_until_parked()
-            await t.reopen()  # recovery counts a restart (or ends the task past the limit)
-        outcome = t.h.outcome(call)
-        return type(outcome).__name__, getattr(outcome, "error", None)
+        t, call = await woken(define_workflow_tool("w", "", Note, body))
+        return await crash_until_terminal(t, call)
 
     assert run(go()) == ("Faulted", "restart limit reached")
     assert len(runs) == DEFAULT_RESTART_LIMIT + 1  # as many as with an intent commit
@@ -193,10 +161,7 @@ def test_a_cut_off_run_of_a_body_whose_tool_turned_replay_unsafe_ends_interrupte
         return "done"
 
     async def go():
-        t = await Tools(define_workflow_tool("w", "", Note, body)).start()
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
-        assert await t.h.signal(call, ANSWER, "a", {"text": "A"}) == "delivered"
+        t, call = await woken(define_workflow_tool("w", "", Note, body))
         with pytest.raises(Crash):
             await t.h.run_until_parked()
         # A deploy made the tool replay-unsafe while its run was cut off.
@@ -219,9 +184,7 @@ def test_only_a_park_refused_for_an_unread_document_runs_the_body_again():
             runs.append(1)
             return await ctx.wait_for(ANSWER, "k.*")  # a stream key: no wait can name it
 
-        t = await Tools(define_workflow_tool("w", "", Note, body)).start()
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
+        t, call = await parked_call(define_workflow_tool("w", "", Note, body))
         return t.result(call)
 
     result = run(go())
@@ -238,24 +201,11 @@ async def _background_round(store: FaultyStore, seen: list[str]) -> tuple[Tools,
         return got
 
     tool = define_workflow_tool("bg", "", Note, body, lifetime="task")
-    t = await Tools(tool, store=store).start()
-    call = await t.call("bg", {})
-    await t.h.run_until_parked()
-    task_id = t.result(call).details["task_id"]
-    assert await t.h.signal(task_id, ANSWER, "a", {"text": "A"}) == "delivered"
-    return t, task_id
+    return await woken(tool, store=store, background=True)
 
 
 def test_a_woken_background_body_commits_the_claim_and_the_park():
-    async def go():
-        store = FaultyStore(SQLiteStore())
-        t, task_id = await _background_round(store, [])
-        before = store.commits
-        await t.h.run_until_parked()
-        assert t.status(task_id) == "sleeping"
-        return store.commits - before
-
-    assert run(go()) == 2
+    assert round_commits(lambda store: _background_round(store, [])) == 2
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -266,15 +216,9 @@ def test_a_crash_in_a_background_body_round_reads_each_value_once(at: int, when:
     async def go():
         store = FaultyStore(SQLiteStore(), when=when)  # type: ignore[arg-type]
         t, task_id = await _background_round(store, seen)
-        store.fail_at = store.commits + at
-        with contextlib.suppress(Crash):
-            await t.h.run_until_parked()
-        assert store.crashed
-        await t.reopen()
-        await t.h.run_until_parked()
-        assert t.status(task_id) == "sleeping"
+        await crash_and_recover(t, store, at, task_id)
         for key in ("b", "c"):
-            assert await t.h.signal(task_id, ANSWER, key, {"text": key.upper()}) == "delivered"
+            await deliver(t, task_id, key)
             await t.h.run_until_parked()
         return t.h.outcome(task_id)
 
@@ -293,19 +237,8 @@ def test_a_background_body_that_crashes_on_every_run_reaches_the_restart_limit()
             raise Crash()
 
         tool = define_workflow_tool("bg", "", Note, body, lifetime="task")
-        t = await Tools(tool).start()
-        call = await t.call("bg", {})
-        await t.h.run_until_parked()
-        task_id = t.result(call).details["task_id"]
-        assert await t.h.signal(task_id, ANSWER, "a", {"text": "A"}) == "delivered"
-        for _ in range(DEFAULT_RESTART_LIMIT + 3):
-            if t.status(task_id) == "terminal":
-                break
-            with contextlib.suppress(Crash):
-                await t.h.run_until_parked()
-            await t.reopen()
-        outcome = t.h.outcome(task_id)
-        return type(outcome).__name__, getattr(outcome, "error", None)
+        t, task_id = await woken(tool, background=True)
+        return await crash_until_terminal(t, task_id)
 
     assert run(go()) == ("Faulted", "restart limit reached")
     assert len(runs) == DEFAULT_RESTART_LIMIT + 1
@@ -343,31 +276,18 @@ def test_held_memos_are_read_by_the_run_and_carried_by_a_memo_commit():
     assert seen["durable"]["held"] == {"v": 1} and seen["durable"]["other"] == 2
 
 
-def _sleeping_round(store: FaultyStore) -> Any:
+async def _sleeping_round(store: FaultyStore) -> tuple[Tools, str]:
     async def body(args, ctx):
         await ctx.sleep(60)
         return (await ctx.wait_for(ANSWER, "a")).text
 
-    async def start():
-        t = await Tools(define_workflow_tool("w", "", Note, body), store=store).start()
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
-        t.kit.clock.advance(60)  # the sleep's time is reached: a timed wake
-        return t, call
-
-    return start()
+    t, call = await parked_call(define_workflow_tool("w", "", Note, body), store=store)
+    t.kit.clock.advance(60)  # the sleep's time is reached: a timed wake
+    return t, call
 
 
 def test_a_timed_wake_of_a_body_commits_the_claim_and_the_park():
-    async def go():
-        store = FaultyStore(SQLiteStore())
-        t, call = await _sleeping_round(store)
-        before = store.commits
-        await t.h.run_until_parked()
-        assert t.status(call) == "sleeping"
-        return store.commits - before
-
-    assert run(go()) == 2
+    assert round_commits(_sleeping_round) == 2
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -377,16 +297,10 @@ def test_a_crash_in_a_timed_wake_of_a_body_keeps_its_deadline(at: int, when: str
         store = FaultyStore(SQLiteStore(), when=when)  # type: ignore[arg-type]
         t, call = await _sleeping_round(store)
         until = t.memos(call)[op_memo(1)]["until"]
-        store.fail_at = store.commits + at
-        with contextlib.suppress(Crash):
-            await t.h.run_until_parked()
-        assert store.crashed
-        await t.reopen()
-        await t.h.run_until_parked()
-        assert t.status(call) == "sleeping"
+        await crash_and_recover(t, store, at, call)
         assert t.memos(call)[op_memo(1)]["until"] == until
         assert t.memos(call)[result_memo(1)] == {"v": None}
-        assert await t.h.signal(call, ANSWER, "a", {"text": "A"}) == "delivered"
+        await deliver(t, call, "a")
         await t.h.run_until_parked()
         return t.result(call).text
 

@@ -5,14 +5,13 @@ every value read once and every deadline as first fixed."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 from kit import ANSWER, HOUR, run
-from test_workflow_support import Note, Tools
+from test_workflow_support import Note
+from workflow_round_kit import crash_and_recover, deliver, parked_call, round_commits, woken
 
 from bide import SQLiteStore
-from bide.testing import Crash, FaultyStore
+from bide.testing import FaultyStore
 from bide.workflow import WaitTimeout, define_workflow_tool
 from bide.workflow.history import op_memo
 
@@ -29,24 +28,9 @@ async def body(args, ctx):
     return "".join(seen)
 
 
-def _round_commits() -> int:
-    """The commits the harness makes for one signal -> next wait (counted, not assumed)."""
-
-    async def go():
-        store = FaultyStore(SQLiteStore())
-        t = await Tools(define_workflow_tool("w", "", Note, body), store=store).start()
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
-        assert await t.h.signal(call, ANSWER, "a", {"text": "A"}) == "delivered"
-        before = store.commits
-        await t.h.run_until_parked()
-        return store.commits - before
-
-    return run(go())
-
-
 def test_one_round_makes_two_commits():
-    assert _round_commits() == ROUND_COMMITS
+    tool = define_workflow_tool("w", "", Note, body)
+    assert round_commits(lambda store: woken(tool, store=store)) == ROUND_COMMITS
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -54,18 +38,10 @@ def test_one_round_makes_two_commits():
 def test_a_crash_at_any_commit_of_a_round_reads_each_value_once(at: int, when: str):
     async def go():
         store = FaultyStore(SQLiteStore(), when=when)  # type: ignore[arg-type]
-        t = await Tools(define_workflow_tool("w", "", Note, body), store=store).start()
-        call = await t.call("w", {})
-        await t.h.run_until_parked()
+        t, call = await parked_call(define_workflow_tool("w", "", Note, body), store=store)
         parked = t.memos(call)[op_memo(1)]
-        assert await t.h.signal(call, ANSWER, "a", {"text": "A"}) == "delivered"
-        store.fail_at = store.commits + at
-        with contextlib.suppress(Crash):
-            await t.h.run_until_parked()
-        assert store.crashed
-        await t.reopen()
-        await t.h.run_until_parked()
-        assert t.status(call) == "sleeping"
+        await deliver(t, call, "a")
+        await crash_and_recover(t, store, at, call)
         memos = t.memos(call)
         assert memos[op_memo(1)] == parked  # the first wait's deadline, as first fixed
         second = memos[op_memo(2)]
@@ -76,7 +52,7 @@ def test_a_crash_at_any_commit_of_a_round_reads_each_value_once(at: int, when: s
         await t.reopen()
         await t.h.run_until_parked()
         assert t.memos(call)[op_memo(2)] == second
-        assert await t.h.signal(call, ANSWER, "b", {"text": "B"}) == "delivered"
+        await deliver(t, call, "b")
         await t.h.run_until_parked()
         t.kit.clock.advance(2 * HOUR)  # "c" never comes: its wait times out
         await t.h.run_until_parked()
