@@ -60,9 +60,15 @@ def fake_env() -> Iterator[None]:
 def fake_aws() -> Iterator[None]:
     """:func:`fake_env` (an endpoint override makes ``mock_aws`` stop intercepting), then
     moto's ``mock_aws``."""
+    from unittest import mock
+
     from moto import mock_aws
 
-    with fake_env(), mock_aws():
+    # moto refuses a TransactGetItems of more than 25 items, DynamoDB's old limit; it reads up
+    # to 100 (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactGetItems.html),
+    # which a worker's targeted read of a task and its sealed pages uses.
+    limit = mock.patch("moto.dynamodb.responses.TRANSACTION_MAX_ITEMS", 100)
+    with fake_env(), mock_aws(), limit:
         yield
 
 
