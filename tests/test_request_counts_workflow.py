@@ -53,6 +53,7 @@ WARM = Counter(
 # A cold worker (no sealed page cached) makes the same requests: the pages come with the task
 # in the worker's TransactGetItems (the wake carries their count), no Query lists them.
 COLD = WARM
+NEW_PROCESS = WARM - Counter({"dynamodb:TransactGetItems": 1}) + Counter({"dynamodb:Query": 1})
 
 
 def by_bide(tally: Tally) -> Counter[str]:
@@ -69,5 +70,12 @@ def test_a_workflow_body_signal_then_next_wait_makes_the_pinned_requests(waits: 
         assert sum(tally.wakes.values()) == 1  # one worker run
     for tally in cells[flow.COLD]:
         assert by_bide(tally) == COLD
+        assert sum(tally.wakes.values()) == 1
+    # A new worker process's first run of the session is a whole pass: the live set's Query in
+    # place of the worker's TransactGetItems, and once a page is sealed (32 waits fill the
+    # first, 64 memos) the replay's Query listing the pages, which a whole pass does not read.
+    new = NEW_PROCESS + (Counter({"dynamodb:Query": 1}) if waits >= 32 else Counter())
+    for tally in cells[flow.NEW]:
+        assert by_bide(tally) == new
         assert sum(tally.wakes.values()) == 1
     assert sum(WARM.values()) == 6  # issue 12 goal 3's budget (the task loop's)
