@@ -23,7 +23,9 @@ Because a sealed page never changes, a process keeps the pages it read, parsed, 
 bounded cache shared by its invocations (:data:`PAGES`, a :class:`PageCache`): a warm
 worker replaying a long workflow body reads and parses only the pages sealed since. A page
 enters it only once read through the harness, that is from the store or from a commit that
-succeeded, never from a draft. Its key holds what makes the page the one it is: the store
+succeeded, never from a draft; a worker's targeted read (``bide.engine.partial``) reads a
+task's pages from the store with its record and puts those the record counts
+(:func:`keep_read`). Its key holds what makes the page the one it is: the store
 object (two stores in one process may hold the same session ids), the session, the task, the
 task's ``created_at`` and the page number. Within a session a task id is never reused (a new
 task's id must be unused, ended tasks included), and a session id reused after its session
