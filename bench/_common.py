@@ -60,9 +60,15 @@ def fake_env() -> Iterator[None]:
 def fake_aws() -> Iterator[None]:
     """:func:`fake_env` (an endpoint override makes ``mock_aws`` stop intercepting), then
     moto's ``mock_aws``."""
+    from unittest import mock
+
     from moto import mock_aws
 
-    with fake_env(), mock_aws():
+    # moto refuses a TransactGetItems of more than 25 items, DynamoDB's old limit; it reads up
+    # to 100 (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactGetItems.html),
+    # which a worker's targeted read of a task and its sealed pages uses.
+    limit = mock.patch("moto.dynamodb.responses.TRANSACTION_MAX_ITEMS", 100)
+    with fake_env(), mock_aws(), limit:
         yield
 
 
@@ -169,6 +175,15 @@ class Counting(StoreWrapper):
         self.read += sum(len(r.to_json().encode()) for r in records.values())
         self.records_read += len(records)
         return seq, records
+
+    def tasks_and_docs_at_head(
+        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord], dict[str, Doc]]:
+        seq, records, docs = self.inner.tasks_and_docs_at_head(session_id, task_ids, keys)
+        self.read += sum(len(r.to_json().encode()) for r in records.values())
+        self.read += sum(doc_bytes(d) for d in docs.values())
+        self.records_read += len(records)
+        return seq, records, docs
 
     def task_and_doc_at_head(
         self, session_id: str, task_id: str, key: str

@@ -11,7 +11,10 @@ task loop.
 
 "warm" is a worker process that has read the task's sealed pages before (the process-wide
 page cache holds them); "cold" clears that cache before each round's worker run, as a new
-worker process would find it.
+worker process would find it. "new worker process" also forgets that the process ran the
+session whole (``bide.service.whole_runs``): a real new process's first run of a session is a
+whole pass (its load a ``Query``, the pages listed by the replay), kept apart so the cold
+row's targeted pass is not mistaken for a new process's first run.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from bide import Harness, RandomIds, SQLiteStore, TaskRecord
 from bide.app import App
 from bide.engine import memo_pages
 from bide.service import signals as signal_service
+from bide.service import whole_runs
 from bide.tools import ToolRegistry
 
 WARM = "workflow signal -> next wait"
 COLD = "workflow, cold worker"
+NEW = "workflow, new worker process"
 
 
 FLOW_TOOLS = ToolRegistry(
@@ -64,31 +69,35 @@ async def built_body(stack: Stack, session_id: str, n: int) -> str:
 
 
 async def measure_body(stack: Stack, n: int, rounds: int) -> dict[str, list[Tally]]:
-    """``rounds`` counted rounds, warm then cold, of a body after ``n`` waits of history."""
+    """``rounds`` counted rounds, warm, cold then as a new worker process, of a body after
+    ``n`` waits of history."""
     use_flow_app(stack)
-    out: dict[str, list[Tally]] = {WARM: [], COLD: []}
+    out: dict[str, list[Tally]] = {WARM: [], COLD: [], NEW: []}
     session = f"hist-flow-{n}"
     task_id = await built_body(stack, session, n)
-    await _round(stack, session, task_id, n, warm=True)  # uncounted: the worker reads its pages
+    await _round(stack, session, task_id, n, WARM)  # uncounted: the worker reads its pages
     _check_parked(stack, session, task_id, n + 1)
-    for i in range(n + 1, n + 1 + 2 * rounds):
-        warm = i <= n + rounds
+    for i in range(n + 1, n + 1 + 3 * rounds):
+        scenario = (WARM, COLD, NEW)[(i - n - 1) // rounds]
         with stack.meter.counting() as tally:
-            await _round(stack, session, task_id, i, warm=warm)
+            await _round(stack, session, task_id, i, scenario)
         _check_parked(stack, session, task_id, i + 1)
-        out[WARM if warm else COLD].append(tally)
+        out[scenario].append(tally)
     return out
 
 
-async def _round(stack: Stack, session: str, task_id: str, i: int, *, warm: bool) -> None:
+async def _round(stack: Stack, session: str, task_id: str, i: int, scenario: str) -> None:
     """Signal ``k<i>`` (the signal function), then the worker runs the wake."""
     stack.invoked("signal")
     decision = signal_service.deliver(
         stack.deps, session, task_id, REPLY.name, f"k{i}", {"text": "x"}
     )
     assert decision.result.value == "delivered", decision
-    if not warm:
-        memo_pages.PAGES.clear()  # a new worker process: no page read before
+    if scenario != WARM:
+        memo_pages.PAGES.clear()  # no page read before, as a new worker process
+    if scenario == NEW:
+        # Nor any session run whole: a new process's first run of a session is a whole pass.
+        whole_runs._runs.clear()
     await stack.worker()
 
 

@@ -163,12 +163,18 @@ class Wakes:
     a signal's wake names (as the worker's entry point reads it from the message)."""
 
     def __init__(self) -> None:
-        self.queued: list[tuple[str, tuple[str, str | None] | None]] = []
+        self.queued: list[tuple[str, tuple[str, str | None, tuple[int, float] | None] | None]] = []
 
     def wake(
-        self, session_id: str, reason: str, *, task: str | None = None, owner: str | None = None
+        self,
+        session_id: str,
+        reason: str,
+        *,
+        task: str | None = None,
+        owner: str | None = None,
+        pages: tuple[int, float] | None = None,
     ) -> None:
-        self.queued.append((session_id, None if task is None else (task, owner)))
+        self.queued.append((session_id, None if task is None else (task, owner, pages)))
 
 
 class NoAlarms:

@@ -128,8 +128,10 @@ MUTANTS: tuple[Mutant, ...] = (
         name="wake-path-signal",
         path="shared/bide/service/signals.py",
         find=(
-            "        deps.queue.wake(session_id, _WAKE_REASON[decision.result], task=task_id, "
-            "owner=owner)\n"
+            "        deps.queue.wake(\n"
+            "            session_id, _WAKE_REASON[decision.result], task=task_id, owner=owner, "
+            "pages=pages\n"
+            "        )\n"
         ),
         replace="        pass\n",
         tests=("tests/test_proof_aws_crashes.py",),

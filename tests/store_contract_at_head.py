@@ -1,7 +1,8 @@
 """The Store contract's part on reading a task and a document with the head
 (:meth:`bide.engine.store.Store.task_and_doc_at_head`: what the IAM signal routes read, the
 session's owner document with the head and the task), and several tasks with the head
-(:meth:`~bide.engine.store.Store.tasks_at_head`: a targeted worker pass): mixed into
+(:meth:`~bide.engine.store.Store.tasks_at_head`: a targeted worker pass), with documents too
+(:meth:`~bide.engine.store.Store.tasks_and_docs_at_head`: its task's sealed pages): mixed into
 :class:`store_contract.StoreContract`, so every store runs it (SQLite, DynamoDB on moto and
 on DynamoDB Local)."""
 
@@ -137,3 +138,54 @@ class AtHeadContract:
 
         run_together(writer, reader)
         assert seen and all(a == b == seq - 1 for seq, a, b in seen), seen
+
+    def test_tasks_and_docs_at_head_reads_tasks_and_documents_together(self, store: Store) -> None:
+        # A targeted worker pass reads its task's sealed memo pages with the head and the task
+        # (bide.engine.partial): documents found by key, one missing left out.
+        sid = _sid()
+        assert store.tasks_and_docs_at_head(sid, ["a"], ["p/0"]) == (0, {}, {})
+        a = _task("a", sid)
+        store.commit(sid, 0, [a], [Doc("p/0", {"memos": {"x": 1}}), Doc("p/1", [2, "y"])])
+        assert store.tasks_and_docs_at_head(sid, ["a", "b"], ["p/0", "p/1", "p/2"]) == (
+            1,
+            {"a": a},
+            {"p/0": Doc("p/0", {"memos": {"x": 1}}), "p/1": Doc("p/1", [2, "y"])},
+        )
+        assert store.tasks_and_docs_at_head(sid, ["a"], ["p/1", "p/1"]) == (
+            1,
+            {"a": a},
+            {"p/1": Doc("p/1", [2, "y"])},  # a key twice: read once
+        )
+        assert store.tasks_and_docs_at_head(sid, ["a"], []) == (1, {"a": a}, {})
+        assert store.tasks_and_docs_at_head(sid, [], ["p/0", "k" * 2000])[2] == {
+            "p/0": Doc("p/0", {"memos": {"x": 1}})  # a key too long for any store: absent
+        }
+        # The head and tasks part is tasks_at_head's answer.
+        assert store.tasks_and_docs_at_head(sid, ["a"], ["p/0"])[:2] == store.tasks_at_head(
+            sid, ["a"]
+        )
+        # Tasks and documents together: at most 99 (one TransactGetItems holds 100 items).
+        with pytest.raises(ValueError, match="at most 99 tasks and documents"):
+            store.tasks_and_docs_at_head(sid, ["a"], [f"p/{n}" for n in range(99)])
+        store.tasks_and_docs_at_head(sid, ["a"], [f"p/{n}" for n in range(98)])
+
+    def test_tasks_and_docs_at_head_never_mixes_two_commits(
+        self, store: Store, other_store: Store
+    ) -> None:
+        # Commit n writes the task and the document with n: a read at seq s sees s - 1 in both.
+        sid = _sid()
+        store.commit(sid, 0, [_task("a", sid, 0)], [Doc("d", 0)])
+        commits = 12
+        seen: list[tuple[int, int, Any]] = []
+
+        def writer() -> None:
+            for n in range(1, commits + 1):
+                store.commit(sid, n, [_task("a", sid, n)], [Doc("d", n)])
+
+        def reader() -> None:
+            for _ in range(3 * commits):
+                seq, found, docs = other_store.tasks_and_docs_at_head(sid, ["a"], ["d"])
+                seen.append((seq, found["a"].memos["n"], docs["d"].body))
+
+        run_together(writer, reader)
+        assert seen and all(a == body == seq - 1 for seq, a, body in seen), seen

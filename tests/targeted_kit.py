@@ -19,7 +19,7 @@ from bide import ManualClock, RandomIds, SQLiteStore, TaskRecord
 from bide.app import App
 from bide.aws.sqs import wake_body
 from bide.engine.state import Completed, Sleeping, Terminal, Waiting
-from bide.engine.store import SessionSnapshot, Store, StoreWrapper
+from bide.engine.store import Doc, SessionSnapshot, Store, StoreWrapper
 from bide.engine.tasks import define_task
 from bide.service import signals
 from bide.service.deps import Deps
@@ -115,13 +115,13 @@ class Reads(StoreWrapper):
         self.records += len(snapshot.tasks)
         return snapshot
 
-    def tasks_at_head(
-        self, session_id: str, task_ids: Sequence[str]
-    ) -> tuple[int, dict[str, TaskRecord]]:
+    def tasks_and_docs_at_head(
+        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord], dict[str, Doc]]:
         self.targeted += 1
-        seq, found = self.inner.tasks_at_head(session_id, task_ids)
+        seq, found, docs = self.inner.tasks_and_docs_at_head(session_id, task_ids, keys)
         self.records += len(found)
-        return seq, found
+        return seq, found, docs
 
     def commit(self, session_id: str, expected_seq: int, *rest: Any, **kw: Any) -> int:
         while self.before_commit:
@@ -139,9 +139,15 @@ class Queue:
         self.bodies: list[str] = []
 
     def wake(
-        self, session_id: str, reason: str, *, task: str | None = None, owner: str | None = None
+        self,
+        session_id: str,
+        reason: str,
+        *,
+        task: str | None = None,
+        owner: str | None = None,
+        pages: tuple[int, float] | None = None,
     ) -> None:
-        self.bodies.append(wake_body(session_id, reason, task=task, owner=owner))
+        self.bodies.append(wake_body(session_id, reason, task=task, owner=owner, pages=pages))
 
 
 class Alarms:

@@ -325,9 +325,9 @@ def test_a_signal_queues_one_wake_after_its_value_is_stored(bench: Bench, monkey
     seen: list[tuple[str, int, str | None]] = []
     real_wake = bench.deps.queue.wake
 
-    def wake(session_id: str, reason: str, *, task=None, owner=None) -> None:
+    def wake(session_id: str, reason: str, *, task=None, owner=None, pages=None) -> None:
         seen.append((reason, bench.seq(session_id), task))
-        real_wake(session_id, reason, task=task, owner=owner)
+        real_wake(session_id, reason, task=task, owner=owner, pages=pages)
 
     seq = bench.seq(sid)
     monkeypatch.setattr(bench.deps.queue, "wake", wake)

@@ -40,11 +40,11 @@ from ..engine.store.base import (
     check_absent,
     check_at_head,
 )
-from . import digest, offload, refusals, table
+from . import at_head, digest, offload, refusals, table
 from .absent import absent_check, present
 from .head import head_action
 from .offload import DEFAULT_OFFLOAD_THRESHOLD, S3Offload
-from .retention import ENDED_AT, EXPIRES_AT, STAMPED, Retaining, expired
+from .retention import ENDED_AT, EXPIRES_AT, Retaining, expired
 from .retry import ChecksFailed, Retrier, new_client, request_token, transact
 from .table import (
     DOC_PREFIX,
@@ -67,7 +67,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import (
         AttributeValueTypeDef,
         QueryInputTypeDef,
-        TransactGetItemTypeDef,
         TransactWriteItemTypeDef,
     )
     from mypy_boto3_s3.client import S3Client
@@ -509,7 +508,7 @@ class DynamoDBStore(Retaining):
         (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactGetItems.html).
         One request where :meth:`head` then :meth:`get_task` take two; a transactional read
         costs twice the read units of a plain one, which for the small head item is 2 RRU."""
-        seq, records, _ = self._at_head(session_id, [task_id], None)
+        seq, records, _ = at_head.read(self, session_id, [task_id], (), ends=False)
         return seq, records.get(task_id)
 
     def task_and_doc_at_head(
@@ -517,8 +516,8 @@ class DynamoDBStore(Retaining):
     ) -> tuple[int, TaskRecord | None, Doc | None]:
         """:meth:`task_at_head` with a third item in the same ``TransactGetItems`` (up to 100
         are allowed), the document: one request where a :meth:`get_doc` first takes two."""
-        seq, records, doc = self._at_head(session_id, [task_id], key)
-        return seq, records.get(task_id), doc
+        seq, records, docs = at_head.read(self, session_id, [task_id], [key], ends=False)
+        return seq, records.get(task_id), docs.get(key)
 
     def tasks_at_head(
         self, session_id: str, task_ids: Sequence[str]
@@ -526,48 +525,16 @@ class DynamoDBStore(Retaining):
         """:meth:`task_at_head` for up to 99 tasks (one ``TransactGetItems``), the head read
         with its end as :meth:`load` reads it (:mod:`bide.aws.retention`)."""
         check_at_head(task_ids)
-        seq, records, _ = self._at_head(session_id, task_ids, None, ends=True)
+        seq, records, _ = at_head.read(self, session_id, task_ids, (), ends=True)
         return seq, records
 
-    def _at_head(
-        self, session_id: str, task_ids: Sequence[str], key: str | None, *, ends: bool = False
-    ) -> tuple[int, dict[str, TaskRecord], Doc | None]:
-        self._check_open()
-        names = {"#seq": "seq", "#exp": EXPIRES_AT}  # and the end's, for a run (tasks_at_head)
-        names |= {"#ended": ENDED_AT, "#stamped": STAMPED} if ends else {}
-        head: TransactGetItemTypeDef = {
-            "Get": {
-                "TableName": self.table_name,
-                "Key": {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": HEAD_SORT_KEY}},
-                "ProjectionExpression": ", ".join(names),
-                "ExpressionAttributeNames": names,
-            }
-        }
-        ids = list(dict.fromkeys(task_ids))
-        sort_keys = [TASK_PREFIX + task_id for task_id in ids]
-        if key is not None and fits_sort_key(DOC_PREFIX + key):  # else no document can be there
-            sort_keys.append(DOC_PREFIX + key)
-        gets: list[TransactGetItemTypeDef] = [head]
-        for sort_key in sort_keys:
-            item = {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": sort_key}}
-            gets.append({"Get": {"TableName": self.table_name, "Key": item}})
-        out = self._retry.run(
-            "task_at_head", lambda: self._ddb.transact_get_items(TransactItems=gets)
-        )
-        now = self._ends.now()
-        head_item, *items = [*(r.get("Item") for r in out["Responses"]), None]
-        if not head_item or expired(head_item, now):
-            if ends:
-                self._ends.read(session_id, 0, None)
-            return 0, {}, None  # never written, or expired: gone (bide.aws.retention)
-        seq = int(head_item["seq"]["N"])
-        if ends:
-            self._ends.read(session_id, seq, head_item)
-        found: list[Item | None] = [None if not i or expired(i, now) else i for i in items]
-        tasks, doc = dict(zip(ids, found, strict=False)), found[len(ids)]
-        self._views.saw(session_id, [(t, digest.live_wseq(i, now)) for t, i in tasks.items()])
-        records = {t: TaskRecord.from_json(self._read_record(i)) for t, i in tasks.items() if i}
-        return seq, records, None if doc is None or key is None else self._doc_from_item(doc)
+    def tasks_and_docs_at_head(
+        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord], dict[str, Doc]]:
+        """:meth:`tasks_at_head` and documents, in the same ``TransactGetItems`` (the
+        documents absent when DynamoDB refuses the read for its size: :mod:`bide.aws.at_head`)."""
+        check_at_head(task_ids, keys)
+        return at_head.read(self, session_id, task_ids, keys, ends=True, shed_docs=True)
 
     # --- reads ------------------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from ..engine.partial import PageHint
+
 
 class Alarms(Protocol):
     """One alarm per session: arming replaces the previous one."""
@@ -29,11 +31,19 @@ class WakeQueue(Protocol):
     """Wakes a session as soon as possible, one worker per session at a time."""
 
     def wake(
-        self, session_id: str, reason: str, *, task: str | None = None, owner: str | None = None
+        self,
+        session_id: str,
+        reason: str,
+        *,
+        task: str | None = None,
+        owner: str | None = None,
+        pages: PageHint | None = None,
     ) -> None:
         """Ask for a worker run of the session. ``task`` (with its ``owner``, if any): the
         run is owed to that task alone (a signal delivered to it), so the worker may run it
-        without loading the rest of the session (``bide.service.worker``)."""
+        without loading the rest of the session (``bide.service.worker``). ``pages``: that
+        task's sealed memo page count and ``created_at`` as the caller read them, so the run
+        may read the pages with the task (:mod:`bide.engine.partial`); a hint only."""
         ...
 
 

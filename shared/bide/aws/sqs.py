@@ -7,8 +7,11 @@ queue the worker sends a wake to, with its reason, when it failed its last attem
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from typing import Any
+
+from ..engine.partial import PageHint
 
 # ChangeMessageVisibility takes 0 to 43,200 seconds (12 hours)
 # (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-visibility-timeout.html).
@@ -23,12 +26,18 @@ class SqsWakeQueue:
         self.queue_url = queue_url
 
     def wake(
-        self, session_id: str, reason: str, *, task: str | None = None, owner: str | None = None
+        self,
+        session_id: str,
+        reason: str,
+        *,
+        task: str | None = None,
+        owner: str | None = None,
+        pages: PageHint | None = None,
     ) -> None:
-        """Enqueue a wake (naming ``task``, and its ``owner``, for a signal's: see
-        :func:`wake_body`). Each wake is a distinct message (never deduplicated away): a
-        duplicate run of a session is harmless, a lost one is not."""
-        self.send(session_id, wake_body(session_id, reason, task=task, owner=owner))
+        """Enqueue a wake (naming ``task``, its ``owner`` and its sealed ``pages``, for a
+        signal's: see :func:`wake_body`). Each wake is a distinct message (never deduplicated
+        away): a duplicate run of a session is harmless, a lost one is not."""
+        self.send(session_id, wake_body(session_id, reason, task=task, owner=owner, pages=pages))
 
     def send(self, session_id: str, body: str) -> None:
         """Enqueue ``body`` in the session's message group with a fresh deduplication id (an
@@ -95,17 +104,48 @@ def parse_dead_letter(body: str) -> tuple[str, dict[str, Any] | None]:
 
 
 def wake_body(
-    session_id: str, reason: str, *, task: str | None = None, owner: str | None = None
+    session_id: str,
+    reason: str,
+    *,
+    task: str | None = None,
+    owner: str | None = None,
+    pages: PageHint | None = None,
 ) -> str:
     """A wake message: ``{"session_id", "reason"}``, plus ``"task"`` (and that task's
     ``"owner"``, when it has one) for a wake that only that task needs: a signal's. The worker
-    then runs that task alone (:func:`wake_focus`); every other wake runs the whole session."""
-    data: dict[str, str] = {"session_id": session_id, "reason": reason}
+    then runs that task alone (:func:`wake_focus`); every other wake runs the whole session.
+    With ``pages`` (the task's sealed memo page count and its ``created_at``, as the delivery
+    read the record) also ``"pages"`` and ``"created_at"``: the worker's targeted read fetches
+    the pages its cache lacks with the task (:func:`wake_pages`)."""
+    data: dict[str, object] = {"session_id": session_id, "reason": reason}
     if task is not None:
         data["task"] = task
         if owner is not None:
             data["owner"] = owner
+        if pages is not None:
+            data["pages"], data["created_at"] = pages
     return json.dumps(data)
+
+
+def wake_pages(body: str) -> PageHint | None:
+    """``(sealed page count, created_at)`` of the task a signal's wake names, or None: a wake
+    without them (any wake but a signal's to a task with sealed pages, and every message from
+    before wakes carried them) or with a malformed one. Only a hint for what to read: the
+    worker counts pages by the record it reads, never by the wake (a wake never fails on it)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or wake_focus(body) is None:
+        return None
+    count, created = data.get("pages"), data.get("created_at")
+    if type(count) is not int or count < 0:
+        return None
+    if isinstance(created, bool) or not isinstance(created, int | float):
+        return None
+    if not math.isfinite(created):
+        return None
+    return count, float(created)
 
 
 def wake_focus(body: str) -> tuple[str, str | None] | None:
@@ -134,7 +174,8 @@ def whole_session(body: str) -> str:
         return body
     if not isinstance(data, dict) or "task" not in data:
         return body
-    return json.dumps({k: v for k, v in data.items() if k not in ("task", "owner")})
+    dropped = ("task", "owner", "pages", "created_at")
+    return json.dumps({k: v for k, v in data.items() if k not in dropped})
 
 
 def parse_wake(body: str) -> tuple[str, str]:

@@ -31,7 +31,7 @@ from .errors import (
 from .ids import IdSource, RandomIds
 from .kernel import IN_INVOCATION, ViewMoved
 from .kernel import Draft as Draft  # re-exported: callers building commits look for it here
-from .partial import read_focus
+from .partial import Focus, PageHint, read_focus
 from .records import TaskRecord
 from .rules import (
     SignalDecision,
@@ -72,7 +72,7 @@ class Harness:
         services: dict[str, Any] | None = None,
         lease_seconds: float | None = None,
         woken_after_writes: bool = False,
-        focus: tuple[str, str | None] | None = None,
+        focus: Focus | None = None,
         defer_reservation: bool = False,
     ) -> None:
         if lease_seconds is not None and not lease_seconds > 0:
@@ -95,9 +95,11 @@ class Harness:
         queue). Then :meth:`run_until_parked` need not read the head before it reports that
         all is parked: a write it did not see has a wake of its own."""
         self.focus = focus
-        """``(task id, its owner's id or None)``: ``open()`` reads that task alone when it
-        may (:mod:`bide.engine.partial`) and the run starts on that partial view; otherwise
-        it loads the whole session. For a run owed to one task (a signal's wake)."""
+        """``(task id, its owner's id or None)``, and optionally the task's sealed page count
+        as its signal's delivery read it (:data:`~bide.engine.partial.PageHint`): ``open()``
+        reads that task alone when it may (:mod:`bide.engine.partial`) and the run starts on
+        that partial view; otherwise it loads the whole session. For a run owed to one task
+        (a signal's wake)."""
         self.defer_reservation = defer_reservation
         """With ``focus``: hold the focus task's reservation until its first commit
         (:mod:`bide.engine.deferred`); a phase that has not committed after
@@ -556,9 +558,12 @@ class Harness:
         self._adopt(draft.writes.values())
         return True
 
-    def _load_focus(self, task_id: str, owner_id: str | None) -> bool:
-        """Adopt the task alone (True) when :func:`read_focus` allows, else read nothing more."""
-        found = read_focus(self.store, self.session_id, task_id, owner_id)
+    def _load_focus(
+        self, task_id: str, owner_id: str | None, pages: PageHint | None = None
+    ) -> bool:
+        """Adopt the task alone (True) when :func:`read_focus` allows, else read nothing more
+        (its sealed pages ``pages`` names may be read with it, into the page cache)."""
+        found = read_focus(self.store, self.session_id, task_id, owner_id, pages)
         if found is None:
             return False
         self._seq, record = found

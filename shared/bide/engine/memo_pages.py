@@ -23,7 +23,9 @@ Because a sealed page never changes, a process keeps the pages it read, parsed, 
 bounded cache shared by its invocations (:data:`PAGES`, a :class:`PageCache`): a warm
 worker replaying a long workflow body reads and parses only the pages sealed since. A page
 enters it only once read through the harness, that is from the store or from a commit that
-succeeded, never from a draft. Its key holds what makes the page the one it is: the store
+succeeded, never from a draft; a worker's targeted read (``bide.engine.partial``) reads a
+task's pages from the store with its record and puts those the record counts
+(:func:`keep_read`). Its key holds what makes the page the one it is: the store
 object (two stores in one process may hold the same session ids), the session, the task, the
 task's ``created_at`` and the page number. Within a session a task id is never reused (a new
 task's id must be unused, ended tasks included), and a session id reused after its session
@@ -38,7 +40,7 @@ import json
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from .records import TaskRecord
@@ -240,9 +242,13 @@ def page_scope(harness: Any) -> tuple[int, str] | None:
     """Where sealed pages read through ``harness`` (a harness, or anything with ``store``
     and ``session_id``) may be shared with the process's other invocations (:data:`PAGES`):
     its store object and session; None for one without a store (it shares nothing)."""
-    store = getattr(harness, "store", None)
+    return session_scope(getattr(harness, "store", None), harness.session_id)
+
+
+def session_scope(store: Any, session_id: str) -> tuple[int, str] | None:
+    """:func:`page_scope` of a harness on ``store`` (None: no store) and ``session_id``."""
     number = None if store is None else store_scope(store)
-    return None if number is None else (number, harness.session_id)
+    return None if number is None else (number, session_id)
 
 
 class SealedCache:
@@ -357,6 +363,52 @@ def _page_number(prefix: str, key: str) -> int | None:
         return None
     number = int(digits)
     return number if f"{number:06d}" == digits else None
+
+
+AT_HEAD_PAGES = 72
+"""Pages a worker's targeted read (one ``TransactGetItems``) fetches at most with the task:
+the read holds at most 100 items and 4 MB of them
+(https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactGetItems.html).
+Room is left for the head, the task and its owner at a full item each (400 KB), and a page
+is taken at :data:`PAGE_BYTES` and 8 KB for its key and wrapping: (4 MiB - 3 x 400 KiB) /
+40 KiB = 72. A page over that (one large value) may push the read past 4 MB: DynamoDB
+refuses it and the store reads again without the pages (``bide.aws.at_head``)."""
+
+
+def pages_to_read(
+    scope: Hashable | None, task_id: str, hint: tuple[int, float] | None, pages: PageCache = PAGES
+) -> list[str]:
+    """The document keys of the task's first sealed pages (as ``hint``, ``(count,
+    created_at)``, counts them) that ``pages`` does not hold, at most :data:`AT_HEAD_PAGES`;
+    none without a ``scope`` (nothing read could be shared) or a hint."""
+    if scope is None or hint is None:
+        return []
+    count, created_at = hint
+    keys: list[str] = []
+    for number in range(count):
+        if len(keys) >= AT_HEAD_PAGES:
+            break
+        if pages.get((scope, task_id, created_at, number)) is None:
+            keys.append(page_key(task_id, number))
+    return keys
+
+
+def keep_read(
+    scope: Hashable, record: TaskRecord, docs: Mapping[str, Any], pages: PageCache = PAGES
+) -> int:
+    """Put in ``pages`` the sealed pages of ``record``'s task among ``docs`` (documents by
+    key, read from the store at the same seq as ``record``); how many. Only a page the record
+    counts enters it (its memos never change); anything else read is ignored."""
+    kept = 0
+    for number in range(record.memo_pages):
+        doc = docs.get(page_key(record.id, number))
+        body = None if doc is None else doc.body
+        memos = body.get("memos") if isinstance(body, dict) else None
+        if isinstance(memos, dict):
+            assert isinstance(body, dict)
+            pages.put((scope, record.id, record.created_at, number), memos, page_bytes(body))
+            kept += 1
+    return kept
 
 
 def every_memo(get_doc: GetDoc, record: TaskRecord) -> dict[str, Any]:

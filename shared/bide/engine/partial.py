@@ -18,13 +18,29 @@ What keeps the view exact while the run goes on (``Harness.focus``):
   turns out to have moved on is decided again (:class:`~bide.engine.kernel.ViewMoved`);
 * what stays partial is the run's ``wake()``: it speaks for the task alone. The worker acts on
   it only when it cannot touch the session's alarm (``bide.service.worker``).
+
+A task with sealed memo pages (a long workflow body) replays from them. A signal's wake
+carries the page count the delivery read (a :data:`PageHint`), so the same read also fetches
+the pages the process's page cache lacks (:func:`~bide.engine.memo_pages.pages_to_read`, at
+most :data:`~bide.engine.memo_pages.AT_HEAD_PAGES`) and they enter that cache as pages read
+from the store: a cold worker replays the body with no listing of its pages. The hint only
+chooses what to read: pages are counted by the record read, so a page the hint did not name
+(a stale count) is read as ever, by the replay.
 """
 
 from __future__ import annotations
 
+from . import memo_pages
 from .records import TaskRecord
 from .rules import cascade_pending
 from .store.base import Store
+
+PageHint = tuple[int, float]
+"""``(sealed memo pages, created_at)`` of a task as a reader of its record saw them."""
+
+Focus = tuple[str, str | None] | tuple[str, str | None, PageHint | None]
+"""What a targeted run reads: ``(task id, its owner's id or None)``, and optionally the
+task's :data:`PageHint`."""
 
 
 def runs_alone(record: TaskRecord | None, owner: TaskRecord | None) -> bool:
@@ -45,14 +61,24 @@ def runs_alone(record: TaskRecord | None, owner: TaskRecord | None) -> bool:
 
 
 def read_focus(
-    store: Store, session_id: str, task_id: str, owner_id: str | None
+    store: Store,
+    session_id: str,
+    task_id: str,
+    owner_id: str | None,
+    pages: PageHint | None = None,
 ) -> tuple[int, TaskRecord] | None:
     """The head's seq and the task, read with its owner at that seq, when the task may run
-    on a view holding it alone; None when the run must load the whole session."""
-    seq, found = store.tasks_at_head(
-        session_id, [task_id] if owner_id is None else [task_id, owner_id]
+    on a view holding it alone; None when the run must load the whole session. With
+    ``pages``, the task's sealed pages the process's page cache lacks are read in the same
+    read and put in it (under ``store`` and the session, as a harness on them reads them)."""
+    scope = memo_pages.session_scope(store, session_id)
+    keys = memo_pages.pages_to_read(scope, task_id, pages)
+    seq, found, docs = store.tasks_and_docs_at_head(
+        session_id, [task_id] if owner_id is None else [task_id, owner_id], keys
     )
     record = found.get(task_id)
+    if record is not None and scope is not None:
+        memo_pages.keep_read(scope, record, docs)
     owner = found.get(owner_id) if owner_id is not None else None
     if record is None or not runs_alone(record, owner):
         return None

@@ -30,6 +30,7 @@ from typing import Any
 from ..aws.sqs import wake_body
 from ..constants import FIFO_DEDUPLICATION_SECONDS, WORKER_TIMEOUT_SECONDS
 from ..engine.clock import Clock
+from ..engine.partial import PageHint
 from .db import LocalDb, sleep_until_poked
 from .events import WakeMessage, sqs_event
 
@@ -88,12 +89,18 @@ class LocalWakeQueue:
     # --- the port --------------------------------------------------------------------------
 
     def wake(
-        self, session_id: str, reason: str, *, task: str | None = None, owner: str | None = None
+        self,
+        session_id: str,
+        reason: str,
+        *,
+        task: str | None = None,
+        owner: str | None = None,
+        pages: PageHint | None = None,
     ) -> None:
         """Queue a wake (the body :func:`~bide.aws.sqs.wake_body` makes, as on SQS). Every
         wake is its own message (never merged away, as a fresh deduplication id makes it on
         SQS): a duplicate run of a session is harmless, a lost one is not."""
-        self._insert(session_id, wake_body(session_id, reason, task=task, owner=owner))
+        self._insert(session_id, wake_body(session_id, reason, task=task, owner=owner, pages=pages))
 
     def send(self, session_id: str, body: str, dedup_id: str | None = None) -> bool:
         """Queue ``body`` in the session's group; without ``dedup_id`` it is deduplicated by

@@ -60,8 +60,14 @@ def deliver(
         # The wake names the task: only it can have become runnable by this value, so the
         # worker may run it alone (bide.service.worker, "targeted pass"). Its owner, known
         # from the record just written, lets that run check the owner in the same read.
-        owner = decision.record.owner if decision.record is not None else None
-        deps.queue.wake(session_id, _WAKE_REASON[decision.result], task=task_id, owner=owner)
+        # Its sealed page count too (when it has pages: a long workflow body), so that read
+        # also fetches the pages the worker's cache lacks (bide.engine.partial).
+        record = decision.record
+        owner = record.owner if record is not None else None
+        pages = (record.memo_pages, record.created_at) if record and record.memo_pages else None
+        deps.queue.wake(
+            session_id, _WAKE_REASON[decision.result], task=task_id, owner=owner, pages=pages
+        )
     return decision
 
 

@@ -27,6 +27,7 @@ import asyncio
 
 from ..constants import SCHEDULER_PRECISION_SECONDS, STOP_AT_SERVICE
 from ..engine.harness import Harness
+from ..engine.partial import Focus
 from ..engine.rules import Wake
 from ..engine.state import Sleeping
 from ..engine.values import FrozenValue, value_class
@@ -101,7 +102,7 @@ async def run_session(
     *,
     stop_at: float | None = None,
     fired_for: float | None = None,
-    focus: tuple[str, str | None] | None = None,
+    focus: Focus | None = None,
     defer_reservation: bool = False,
 ) -> WorkerRun:
     """Run ``session_id`` until parked (or until ``stop_at``), then make sure it runs again
@@ -117,7 +118,8 @@ async def run_session(
     not the session's latest after all, the one left fires once, finds nothing to do and
     deletes itself: a spare wake, never a lost one.)
 
-    ``focus``: ``(task, owner or None)`` of a signal's wake: the first pass is a targeted
+    ``focus``: ``(task, owner or None)`` of a signal's wake (and the task's sealed pages'
+    :data:`~bide.engine.partial.PageHint`, when the wake has one): the first pass is a targeted
     one (see the module), unless this process has not yet run the session whole
     (:mod:`bide.service.whole_runs`: its first run of a session reruns every parked gate).
     ``defer_reservation``: that targeted pass holds the task's reservation until the task's
@@ -164,7 +166,7 @@ async def _run_pass(
     deps: Deps,
     session_id: str,
     stop_at: float | None,
-    focus: tuple[str, str | None] | None,
+    focus: Focus | None,
     defer_reservation: bool = False,
 ) -> _Pass:
     harness = Harness(

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..aws.sqs import fired_for, parse_wake, wake_focus
+from ..aws.sqs import fired_for, parse_wake, wake_focus, wake_pages
 from ..constants import DEFAULT_SAFETY_MARGIN_MS
+from ..engine.partial import Focus
 from . import observability as obs
 from .deps import Deps
 from .worker import run_session
@@ -144,7 +145,9 @@ async def _wake_one(deps: Deps, record: dict[str, Any], stop_at: float | None) -
         first_delivery = _receive_count(record) == 1
         # A signal's wake names its task: the run is owed to that task alone (worker.py). Each
         # record of a batch runs on its own, so one wake never stands for another's.
-        focus = wake_focus(body)
+        named = wake_focus(body)
+        # With the task, its sealed pages' count: the targeted read fetches them with it.
+        focus: Focus | None = None if named is None else (*named, wake_pages(body))
         attempt = 0
         while True:
             attempt += 1

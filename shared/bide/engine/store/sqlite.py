@@ -100,7 +100,15 @@ class SQLiteStore:
     ) -> tuple[int, dict[str, TaskRecord]]:
         """The sequence number and those of ``task_ids`` the session has, read in one
         transaction."""
-        check_at_head(task_ids)
+        seq, records, _ = self.tasks_and_docs_at_head(session_id, task_ids, ())
+        return seq, records
+
+    def tasks_and_docs_at_head(
+        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str]
+    ) -> tuple[int, dict[str, TaskRecord], dict[str, Doc]]:
+        """The sequence number, those of ``task_ids`` the session has and the documents under
+        ``keys`` found, read in one transaction."""
+        check_at_head(task_ids, keys)
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -112,10 +120,17 @@ class SQLiteStore:
                     ).fetchone()
                     for task_id in dict.fromkeys(task_ids)
                 ]
+                docs = {
+                    key: self._db.execute(
+                        "SELECT body FROM docs WHERE session_id = ? AND key = ?", (session_id, key)
+                    ).fetchone()
+                    for key in dict.fromkeys(keys)
+                }
             finally:
                 self._db.execute("COMMIT")
         records = (TaskRecord.from_json(row[0]) for row in rows if row is not None)
-        return seq, {record.id: record for record in records}
+        found = {key: Doc(key, json.loads(row[0])) for key, row in docs.items() if row is not None}
+        return seq, {record.id: record for record in records}, found
 
     def _at_head(
         self, session_id: str, task_id: str, key: str | None
