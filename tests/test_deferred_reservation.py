@@ -94,7 +94,7 @@ def harness(*, focus: str | None = None, defer: bool = False) -> Harness:
         ids=IDS,
         lease_seconds=LEASE,
         focus=None if focus is None else (focus, None),
-        defer_reservation=defer,
+        defer_for=focus if defer else None,
     )
 
 
@@ -280,12 +280,20 @@ def worker_deps() -> Deps:
     )
 
 
-@pytest.mark.parametrize(("receives", "held"), [("1", True), ("2", False)])
-def test_the_worker_holds_it_on_a_first_delivery_only(receives: str, held: bool) -> None:
+@pytest.mark.parametrize(
+    ("receives", "held", "whole"), [("1", True, False), ("2", False, False), ("1", True, True)]
+)
+def test_the_worker_holds_it_on_a_first_delivery_only(
+    receives: str, held: bool, whole: bool
+) -> None:
+    """A first delivery holds it, in a targeted pass or (``whole``: this process's first run
+    of the session, bide.service.whole_runs) in a whole one; a redelivery reserves first."""
     task_id = parked_looper()
     deps = worker_deps()
-    warm = {"messageId": "w", "body": wake_body(SID, "submit"), "attributes": {}}
-    assert asyncio.run(handle_worker(deps, {"Records": [warm]}, None))["batchItemFailures"] == []
+    if not whole:
+        warm = {"messageId": "w", "body": wake_body(SID, "submit"), "attributes": {}}
+        done = asyncio.run(handle_worker(deps, {"Records": [warm]}, None))
+        assert done["batchItemFailures"] == []
     signal(task_id, "k0")
     STORED.clear()
     body = wake_body(SID, "signal", task=task_id)

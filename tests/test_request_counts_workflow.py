@@ -55,6 +55,8 @@ WARM = Counter(
 # A cold worker (no sealed page cached) makes the same requests: the pages come with the task
 # in the worker's TransactGetItems (the wake carries their count), no Query lists them.
 COLD = WARM
+# A new process's first run is whole: a Query in place of the worker's TransactGetItems (its
+# reservation is held all the same: a whole pass holds it too when it reserves that task alone).
 NEW_PROCESS = WARM - Counter({"dynamodb:TransactGetItems": 1}) + Counter({"dynamodb:Query": 1})
 
 

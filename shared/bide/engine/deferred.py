@@ -1,12 +1,12 @@
-"""A targeted pass's reservation, committed with the task's first commit instead of alone.
+"""A signal's run: its task's reservation committed with the task's first commit, not alone.
 
-A worker answering a signal's wake runs one task (:mod:`bide.engine.partial`). Its
-reservation (the task put ``running`` under the run's invocation, the final slots its wake
-leaves moved off: ``scheduler.start``) is a commit of its own before the phase runs, and the
-phase's first commit (a tool's intent, a task's next sleep) follows at once. When the harness
-is asked to (``Harness(defer_reservation=True)``), the reservation of the focus task is held
-in memory instead, adopted into the harness's view as if committed, and written by the next
-commit, whatever it is: one transaction fewer per signal -> next wait.
+A worker answering a signal's wake runs that task (alone: :mod:`bide.engine.partial`, or in
+a whole pass). Its reservation (the task put ``running`` under the run's invocation, the
+final slots its wake leaves moved off: ``scheduler.start``) is a commit of its own before the
+phase runs, and the phase's first commit (a tool's intent, a task's next sleep) follows at
+once. When the harness is asked to (``Harness(defer_for=task)``), a reservation of that task
+alone is held in memory instead, adopted into the harness's view as if committed, and
+written by the next commit, whatever it is: one transaction fewer per signal -> next wait.
 
 What changes and why it is safe:
 
@@ -35,7 +35,7 @@ from .state import Running
 
 
 def may_defer(h: Kernel, draft: Draft, focus: str | None) -> bool:
-    """Whether ``draft`` is a reservation of the focus task alone, which may be held: it
+    """Whether ``draft`` is a reservation of the task ``focus`` alone, which may be held: it
     writes that task's record (running) and the slot documents it moves, and needs no key
     checked absent."""
     if focus is None or set(draft.writes) != {focus} or draft.absent:
