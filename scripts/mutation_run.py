@@ -166,7 +166,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="held-reservation-not-restaged",
         path="shared/bide/engine/deferred.py",
-        find="    old = held.writes[focus].state\n",
+        find="    old = before.state\n",
         replace="    return None\n",
         tests=("tests/test_deferred_reservation.py",),
         what="a held reservation is dropped at a conflict: the phase that ran is run again",

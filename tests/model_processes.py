@@ -48,7 +48,7 @@ class HarnessProcesses:
             restart_limit=RESTART_LIMIT,
             lease_seconds=LEASE,
             focus=focus,
-            defer_for=focus[0] if defer and focus is not None else None,
+            hold_reservation=defer,
         )
 
     def targeted_pass(self, task_id: str, owner: str | None, *, defer: bool = False) -> bool:

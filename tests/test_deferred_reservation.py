@@ -94,7 +94,7 @@ def harness(*, focus: str | None = None, defer: bool = False) -> Harness:
         ids=IDS,
         lease_seconds=LEASE,
         focus=None if focus is None else (focus, None),
-        defer_for=focus if defer else None,
+        hold_reservation=defer,
     )
 
 
@@ -165,6 +165,33 @@ def test_without_holding_the_reservation_is_a_commit_of_its_own() -> None:
     assert STORED == ["running"]
 
 
+def whole(*, hold: bool) -> None:
+    async def go() -> None:
+        h = Harness(STORE, SID, [Looper], clock=CLOCK, ids=IDS, lease_seconds=LEASE,
+                    hold_reservation=hold)  # fmt: skip
+        await h.open()
+        await h.run_until_parked()
+        await h.close()
+
+    asyncio.run(go())
+
+
+def test_a_whole_pass_holds_a_reservation_that_starts_one_task_only() -> None:
+    """What is held is a reservation of one task alone (an alarm's wake, a whole first run):
+    one that starts two tasks is committed as ever, before either runs."""
+    one, two = parked_looper(), parked_looper()
+    signal(one, "k0")
+    STORE.commits = 0
+    whole(hold=True)
+    assert (STORE.commits, STORED) == (1, ["sleeping"])
+    signal(one, "k1")
+    signal(two, "k0")
+    STORE.commits, STORED[:] = 0, []
+    whole(hold=True)
+    assert (STORE.commits, STORED) == (3, ["running", "running"])
+    assert state_of(one).state.checkpoint["n"] == 3 and state_of(two).state.checkpoint["n"] == 2
+
+
 def test_a_crash_before_the_first_commit_leaves_the_task_parked_with_its_value() -> None:
     task_id = parked_looper()
     signal(task_id, "k0")
@@ -204,8 +231,9 @@ def test_a_racing_writer_makes_the_held_reservation_staged_again() -> None:
     assert RUNS[f"{task_id}/1"] == 1
     assert state_of(task_id).state.checkpoint["n"] == 2
     # The refused park, the same park again on the new view (the reservation staged again),
-    # then, the view being the whole session now, the other task's run (reserved, parked).
-    assert STORE.commits == 4
+    # then, the view being the whole session now, the other task's run: its park, carrying
+    # its reservation (held too: it starts alone).
+    assert STORE.commits == 3
     assert state_of(other).state.checkpoint["n"] == 2  # its value was kept and read
 
 

@@ -1,20 +1,21 @@
-"""A signal's run: its task's reservation committed with the task's first commit, not alone.
+"""A run that starts one task: its reservation committed with the task's first commit.
 
-A worker answering a signal's wake runs that task (alone: :mod:`bide.engine.partial`, or in
-a whole pass). Its reservation (the task put ``running`` under the run's invocation, the
-final slots its wake leaves moved off: ``scheduler.start``) is a commit of its own before the
-phase runs, and the phase's first commit (a tool's intent, a task's next sleep) follows at
-once. When the harness is asked to (``Harness(defer_for=task)``), a reservation of that task
-alone is held in memory instead, adopted into the harness's view as if committed, and
-written by the next commit, whatever it is: one transaction fewer per signal -> next wait.
+A run starts a task by committing it ``running`` under the run's invocation (the
+reservation: ``scheduler.start``, with the final slots its wake leaves moved off its record),
+then runs the phase, whose first commit (a tool's intent, a task's next sleep) follows at
+once. When the harness is asked to (``Harness(hold_reservation=True)``) and a reservation
+commit would start exactly one task and write nothing else, it is held in memory instead,
+adopted into the harness's view as if committed, and written by the next commit, whatever it
+is: one transaction fewer for a signal's or an alarm's wake that runs one task.
 
 What changes and why it is safe:
 
-* A crash before that commit leaves the task as it was (parked with its value, or pending):
-  the wake is delivered again and the next run starts it, as after a crash right before the
-  reservation. Nothing of the phase was durable. What is not counted is a restart: so the
-  worker defers only on a wake's first delivery; a delivery after a failed one reserves first,
-  as every other run does, and its crashes count (``bide.service.worker_batch``).
+* A crash before that commit leaves the task as it was (parked with its value or its
+  deadline passed, or pending): the wake is delivered again and the next run starts it, as
+  after a crash right before the reservation. Nothing of the phase was durable. What is not
+  counted is a restart: so the worker holds only on a wake's first delivery and attempt; a
+  delivery after a failed one reserves first, as every run did, and its crashes count
+  (``bide.service.worker_batch``).
 * While held, the reservation is not in the store, so no lease keeps another process off the
   task. One worker runs a session at a time (the wake queue's FIFO group per session); the
   rare overlap (a redelivery while a slow run is still going) is bounded by
@@ -34,21 +35,22 @@ from .kernel import Draft, Kernel
 from .state import Running
 
 
-def may_defer(h: Kernel, draft: Draft, focus: str | None) -> bool:
-    """Whether ``draft`` is a reservation of the task ``focus`` alone, which may be held: it
-    writes that task's record (running) and the slot documents it moves, and needs no key
-    checked absent."""
-    if focus is None or set(draft.writes) != {focus} or draft.absent:
+def may_hold(draft: Draft) -> bool:
+    """Whether ``draft`` is a reservation of one task alone, which may be held: it writes that
+    task's record (running) and the slot documents it moves, and needs no key checked absent."""
+    if len(draft.writes) != 1 or draft.absent:
         return False
-    return isinstance(draft.writes[focus].state, Running)
+    (record,) = draft.writes.values()
+    return isinstance(record.state, Running)
 
 
-def restage(h: Kernel, held: Draft, focus: str) -> Draft | None:
+def restage(h: Kernel, held: Draft) -> Draft | None:
     """``held``'s reservation staged again on the harness's current view (after a reload),
     or None when the task no longer starts the same way (checkpoint, wake)."""
-    old = held.writes[focus].state
+    ((task_id, before),) = held.writes.items()
+    old = before.state
     assert isinstance(old, Running)
-    record = h._live.get(focus)
+    record = h._live.get(task_id)
     if record is None or isinstance(record.state, Running):
         return None
     draft = Draft(h)

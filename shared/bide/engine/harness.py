@@ -73,7 +73,7 @@ class Harness:
         lease_seconds: float | None = None,
         woken_after_writes: bool = False,
         focus: Focus | None = None,
-        defer_for: str | None = None,
+        hold_reservation: bool = False,
     ) -> None:
         if lease_seconds is not None and not lease_seconds > 0:
             raise DefinitionError(f"lease_seconds must be > 0 (or None), not {lease_seconds!r}")
@@ -100,10 +100,10 @@ class Harness:
         reads that task alone when it may (:mod:`bide.engine.partial`) and the run starts on
         that partial view; otherwise it loads the whole session. For a run owed to one task
         (a signal's wake)."""
-        self.defer_for = defer_for
-        """A task whose reservation, when a commit reserves it alone, is held until its first
-        commit (:mod:`bide.engine.deferred`): a signal's wake's task on a first delivery. A
-        phase that has not committed after :attr:`defer_flush_seconds` (loop time) gets it
+        self.hold_reservation = hold_reservation
+        """A reservation that starts one task alone is held until that task's first commit
+        (:mod:`bide.engine.deferred`): a worker's run on a wake's first delivery. A phase
+        that has not committed after :attr:`defer_flush_seconds` (loop time) gets it
         committed alone."""
         self.defer_flush_seconds = 1.0
         self._deferred: Draft | None = None  # a reservation held until the next commit
@@ -541,15 +541,17 @@ class Harness:
                 self._loaded.setdefault(task_id, record)
         self._partial = False
         self._changed.set()
-        if self._deferred is not None and self.defer_for is not None:
-            self._deferred = deferred.restage(self, self._deferred, self.defer_for)
+        if self._deferred is not None:
+            self._deferred = deferred.restage(self, self._deferred)
             if self._deferred is not None:
                 self._docs.update(self._deferred.docs)
                 self._adopt(self._deferred.writes.values())
 
     def _hold(self, draft: Draft) -> bool:
         """Hold ``draft`` (a reservation) for the next commit, adopted in memory, if it may."""
-        if self._deferred is not None or not deferred.may_defer(self, draft, self.defer_for):
+        if not self.hold_reservation or self._deferred is not None:
+            return False
+        if not deferred.may_hold(draft):
             return False
         self._deferred = draft
         self._docs.update(draft.docs)

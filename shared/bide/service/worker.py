@@ -122,18 +122,18 @@ async def run_session(
     :data:`~bide.engine.partial.PageHint`, when the wake has one): the first pass is a targeted
     one (see the module), unless this process has not yet run the session whole
     (:mod:`bide.service.whole_runs`: its first run of a session reruns every parked gate).
-    ``defer_reservation``: the first pass holds that task's reservation until the task's
-    first commit (:mod:`bide.engine.deferred`), whole or targeted: only on a wake's first
-    delivery and attempt, so a run after a failed one reserves first and its crashes count
-    as restarts."""
-    hold = focus[0] if focus is not None and defer_reservation else None
+    ``defer_reservation``: the first pass, when it starts one task alone, holds its
+    reservation until the task's first commit (:mod:`bide.engine.deferred`): only on a
+    wake's first delivery and attempt, so a run after a failed one reserves first and its
+    crashes count as restarts."""
+    hold = defer_reservation
     if focus is not None and not whole_runs.ran_whole(deps.store, session_id):
         focus = None  # this process's first run of the session: whole (gates rerun)
     may_have_alarm = False
     first = True
     while True:
         done = await _run_pass(deps, session_id, stop_at, focus, hold)
-        hold = None
+        hold = False
         if focus is None and not done.stopped:
             whole_runs.mark_whole(deps.store, session_id)
         focus = None  # any pass after the first is a full one
@@ -170,7 +170,7 @@ async def _run_pass(
     session_id: str,
     stop_at: float | None,
     focus: Focus | None,
-    hold: str | None = None,
+    hold: bool = False,
 ) -> _Pass:
     harness = Harness(
         deps.store,
@@ -189,7 +189,7 @@ async def _run_pass(
         # the head once more before parking.
         woken_after_writes=True,
         focus=focus,
-        defer_for=hold,
+        hold_reservation=hold,
     )
     await harness.open()
     run = asyncio.ensure_future(harness.run_until_parked(stop_at=stop_at))
