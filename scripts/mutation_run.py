@@ -176,7 +176,7 @@ MUTANTS: tuple[Mutant, ...] = (
         path="shared/bide/engine/deferred.py",
         find="    out.writes = {**held.writes, **draft.writes}\n",
         replace="    out.writes = {**draft.writes, **held.writes}\n",
-        tests=("tests/test_model_based.py",),
+        tests=("tests/test_deferred_reservation.py",),
         what="the held reservation replaces the phase's own record in the commit that carries it",
     ),
     Mutant(
