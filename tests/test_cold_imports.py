@@ -228,14 +228,10 @@ def test_the_engine_on_the_path_imports_no_pydantic() -> None:
 
 
 # A ``@dataclass`` compiles its generated methods when its module is imported (about half a
-# millisecond a class, docs/performance.md d): the values on the functions' path are classes of
-# bide.engine.values instead. The task record and its signal slot are still dataclasses.
-STILL_DATACLASSES = {"bide.engine.records.SignalSlot", "bide.engine.records.TaskRecord"}
-
-
+# millisecond a class, docs/performance.md d): the values on the functions' path, the task
+# record and its signal slot among them, are classes of bide.engine.values instead.
 @pytest.mark.parametrize("function", ["worker", "signal", "api"])
-def test_a_functions_import_builds_no_other_dataclass(function: str) -> None:
+def test_a_functions_import_builds_no_dataclass(function: str) -> None:
     found = probe([ROOT / "functions" / function, ROOT / "shared"], ["handler"])
     assert f"bide.handlers.{function}" in found["modules"]  # the probe imported the real thing
-    # At most those two (the records may become value classes too).
-    assert set(found["dataclasses"]) <= STILL_DATACLASSES, found["dataclasses"]
+    assert found["dataclasses"] == []
