@@ -134,4 +134,6 @@ def test_a_record_round_trips_its_stored_form() -> None:
     record = _record(**RECORD_OTHER)
     again = TaskRecord.from_json(record.to_json())
     assert again == record and again.to_json() == record.to_json()
-    assert dataclasses.asdict(record)["signals"] == {"s/k": dataclasses.asdict(SignalSlot(version=1))}
+    assert dataclasses.asdict(record)["signals"] == {
+        "s/k": dataclasses.asdict(SignalSlot(version=1))
+    }
