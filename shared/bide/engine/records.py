@@ -1,21 +1,22 @@
 """The durable record of one task, exactly as stores keep it (JSON).
 
-Plain dataclasses (slots): a record is read on every load of its session and written on every
+Plain classes with slots (:mod:`bide.engine.values`: they behave as the keyword-only
+``@dataclass(slots=True)`` classes they were, without compiling generated methods at import, on
+every function's cold start): a record is read on every load of its session and written on every
 commit of its task, so reading and writing are small explicit functions (:mod:`bide.engine.forms`)
 rather than a validation library. A change is a new record: :meth:`TaskRecord.replace`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from . import forms
 from .forms import FormError
 from .state import TaskState
 from .state_forms import state_from_dict
+from .values import Value, value_class
 
 _SLOT_FIELDS = frozenset(("version", "value", "has_value", "expired", "consumed", "failure"))
 _NONE = type(None)
@@ -33,25 +34,40 @@ _SLOT_PLAIN: tuple[tuple[str, tuple[type, ...], Any, Callable[[Any, str], Any]],
 )
 
 
-@dataclass(slots=True, kw_only=True)
-class SignalSlot:
+@value_class
+class SignalSlot(Value):
     """One key's life on a task: a value or a failure (with the token version that wrote it),
     or expired;
     ``consumed`` once it woke the task. A consumed or expired slot leaves the record for a
-    document of its own (:mod:`bide.engine.slots`)."""
+    document of its own (:mod:`bide.engine.slots`). A change is a new slot
+    (:meth:`~bide.engine.values.Value.replace`): the slot itself never changes."""
 
-    version: int | None = None
-    value: Any = None
-    has_value: bool = False
-    expired: bool = False
-    consumed: bool = False
-    failure: dict[str, Any] | None = None
+    __slots__ = ("consumed", "expired", "failure", "has_value", "value", "version")
+    version: int | None
+    value: Any
+    has_value: bool
+    expired: bool
+    consumed: bool
+    failure: dict[str, Any] | None
     """A failure delivered instead of a value (``{"type", "message", "data"?}``,
     :mod:`bide.engine.failures`); ``has_value`` is then True and ``value`` None."""
 
-    def replace(self, **changes: Any) -> SignalSlot:
-        """A copy with ``changes`` applied (the slot itself never changes)."""
-        return dataclasses.replace(self, **changes)
+    def __init__(
+        self,
+        *,
+        version: int | None = None,
+        value: Any = None,
+        has_value: bool = False,
+        expired: bool = False,
+        consumed: bool = False,
+        failure: dict[str, Any] | None = None,
+    ) -> None:
+        self.version = version
+        self.value = value
+        self.has_value = has_value
+        self.expired = expired
+        self.consumed = consumed
+        self.failure = failure
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form."""
@@ -108,37 +124,101 @@ _ABSENT = object()  # a field the stored form leaves out
 _RECORD_REQUIRED = frozenset(("id", "session_id", "kind", "version", "state", "created_at"))
 
 
-@dataclass(slots=True, kw_only=True)
-class TaskRecord:
+@value_class
+class TaskRecord(Value):
     """Everything the engine knows about a task. ``rev`` counts the record's writes.
 
     Built by the engine (its fields are typed, not checked at build); a record read from a
     store is checked field by field (:meth:`from_json`). The engine never changes a record in
-    place: a change is a new record (:meth:`replace`), so a record handed out stays as read."""
+    place: a change is a new record (:meth:`~bide.engine.values.Value.replace`), so a record
+    handed out stays as read."""
 
+    __slots__ = (
+        "abort_marked",
+        "abort_reason",
+        "background",
+        "created_at",
+        "id",
+        "input",
+        "key",
+        "kind",
+        "memo_pages",
+        "memos",
+        "owner",
+        "restarts",
+        "rev",
+        "session_id",
+        "signals",
+        "state",
+        "streams",
+        "version",
+    )
     id: str
     session_id: str
     kind: str
     version: int
-    input: Any = None
-    owner: str | None = None
-    background: bool = False
-    key: str | None = None
-    abort_marked: bool = False
-    abort_reason: str | None = None
-    memos: dict[str, Any] = field(default_factory=dict)
+    input: Any
+    owner: str | None
+    background: bool
+    key: str | None
+    abort_marked: bool
+    abort_reason: str | None
+    memos: dict[str, Any]
     """The memos not sealed yet; older ones are in sealed pages (:mod:`bide.engine.memo_pages`)."""
-    memo_pages: int = 0
+    memo_pages: int
     """How many pages of memos this task sealed (documents ``bide.memo/<task>/<page>``)."""
-    signals: dict[str, SignalSlot] = field(default_factory=dict)
+    signals: dict[str, SignalSlot]
     """Open slots: values not consumed yet, and keys a wake is about to settle."""
-    streams: dict[str, int] = field(default_factory=dict)
+    streams: dict[str, int]
     """Per stream (``<signal>/<prefix>``): every member below this number is taken, so a
     delivery to the stream looks from there (see :func:`~bide.engine.rules.stream_key`)."""
     state: TaskState
     created_at: float
-    restarts: int = 0
-    rev: int = 0
+    restarts: int
+    rev: int
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        session_id: str,
+        kind: str,
+        version: int,
+        input: Any = None,
+        owner: str | None = None,
+        background: bool = False,
+        key: str | None = None,
+        abort_marked: bool = False,
+        abort_reason: str | None = None,
+        memos: dict[str, Any] | None = None,
+        memo_pages: int = 0,
+        signals: dict[str, SignalSlot] | None = None,
+        streams: dict[str, int] | None = None,
+        state: TaskState,
+        created_at: float,
+        restarts: int = 0,
+        rev: int = 0,
+    ) -> None:
+        # None for memos, signals and streams: a new empty dict each (the dataclass's default
+        # factories did the same).
+        self.id = id
+        self.session_id = session_id
+        self.kind = kind
+        self.version = version
+        self.input = input
+        self.owner = owner
+        self.background = background
+        self.key = key
+        self.abort_marked = abort_marked
+        self.abort_reason = abort_reason
+        self.memos = {} if memos is None else memos
+        self.memo_pages = memo_pages
+        self.signals = {} if signals is None else signals
+        self.streams = {} if streams is None else streams
+        self.state = state
+        self.created_at = created_at
+        self.restarts = restarts
+        self.rev = rev
 
     @property
     def status(self) -> str:
@@ -149,10 +229,6 @@ class TaskRecord:
     def live(self) -> bool:
         """True until the task is terminal (completing tasks are still live)."""
         return self.state.status != "terminal"
-
-    def replace(self, **changes: Any) -> TaskRecord:
-        """A copy with ``changes`` applied (the record itself never changes)."""
-        return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form as JSON values, fields in their stored order. ``memo_pages`` only

@@ -3,13 +3,17 @@ group = session), answered with partial batch failures (enable ReportBatchItemFa
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from typing import Any
 
 from ..service.config import Settings, deps_from_env, settings_from_env
 from ..service.deps import Deps
-from ..service.http import handle_worker, run
 from ..service.observability import lambda_entry
+
+# From its own module, not bide.service.http's re-export: the HTTP router, its request body
+# checks and the webhook tokens are the HTTP functions' path, which the worker never takes.
+from ..service.worker_batch import handle_worker
 
 
 @functools.cache
@@ -23,4 +27,8 @@ def configured() -> tuple[Settings, Deps]:
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Run each woken session until parked; report the records SQS must deliver again."""
     settings, deps = configured()
-    return run(handle_worker(deps, event, context, safety_margin_ms=settings.safety_margin_ms))
+    # asyncio.run, as bide.service.transport.run is: a fresh event loop per call, closed
+    # afterwards (that module is the HTTP functions' plumbing, not imported here).
+    return asyncio.run(
+        handle_worker(deps, event, context, safety_margin_ms=settings.safety_margin_ms)
+    )
