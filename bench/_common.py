@@ -168,14 +168,6 @@ class Counting(StoreWrapper):
         self._count(record)
         return seq, record
 
-    def tasks_at_head(
-        self, session_id: str, task_ids: Sequence[str]
-    ) -> tuple[int, dict[str, TaskRecord]]:
-        seq, records = self.inner.tasks_at_head(session_id, task_ids)
-        self.read += sum(len(r.to_json().encode()) for r in records.values())
-        self.records_read += len(records)
-        return seq, records
-
     def tasks_and_docs_at_head(
         self, session_id: str, task_ids: Sequence[str], keys: Sequence[str]
     ) -> tuple[int, dict[str, TaskRecord], dict[str, Doc]]:

@@ -393,7 +393,7 @@ class Deployment:
                     # And a signal's wake names its task: the run is a targeted pass.
                     focus = wake_focus(message["Body"])
                     # (Its reservation held until the task's first commit on a first delivery.)
-                    first = dict(focus=focus, defer_reservation=receives == "1")
+                    first = dict(focus=focus, hold_reservation=receives == "1")
                     asyncio.run(run_session(self.deps, session_id, fired_for=fired, **first))
             except Crash as crash:
                 self.crashes.append(f"worker: {crash}")

@@ -94,7 +94,7 @@ class Rig:
         pass holds the task's reservation until its first commit, as handle_worker does)."""
         self.count("worker runs" if focus is None else "worker runs (a signal's task)")
         try:
-            run = run_session(self.deps, self.session_id, focus=focus, defer_reservation=first)
+            run = run_session(self.deps, self.session_id, focus=focus, hold_reservation=first)
             asyncio.run(run)
         except Exception as exc:
             self.count(f"worker failed: {type(exc).__name__}")

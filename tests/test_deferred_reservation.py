@@ -123,7 +123,7 @@ def targeted(task_id: str, *, defer: bool, flush_after: float | None = None) -> 
     async def go() -> None:
         h = harness(focus=task_id, defer=defer)
         if flush_after is not None:
-            h.defer_flush_seconds = flush_after
+            h.hold_flush_seconds = flush_after
         await h.open()
         try:
             await h.run_until_parked()

@@ -19,7 +19,7 @@ What changes and why it is safe:
 * While held, the reservation is not in the store, so no lease keeps another process off the
   task. One worker runs a session at a time (the wake queue's FIFO group per session); the
   rare overlap (a redelivery while a slow run is still going) is bounded by
-  ``Harness.defer_flush_seconds``: a phase that has not committed by then gets its
+  ``Harness.hold_flush_seconds``: a phase that has not committed by then gets its
   reservation committed alone.
 * A conflict (another writer moved the session on) reloads the view; the held reservation is
   staged again on the new view (same invocation, same checkpoint, same wake) when the task

@@ -103,9 +103,9 @@ class Harness:
         self.hold_reservation = hold_reservation
         """A reservation that starts one task alone is held until that task's first commit
         (:mod:`bide.engine.deferred`): a worker's run on a wake's first delivery. A phase
-        that has not committed after :attr:`defer_flush_seconds` (loop time) gets it
+        that has not committed after :attr:`hold_flush_seconds` (loop time) gets it
         committed alone."""
-        self.defer_flush_seconds = 1.0
+        self.hold_flush_seconds = 1.0
         self._deferred: Draft | None = None  # a reservation held until the next commit
         self._defs: dict[tuple[str, int], TaskDefinition] = {}
         for definition in tasks:
@@ -274,7 +274,7 @@ class Harness:
                 done, _ = await asyncio.wait(
                     {*self._inflight.values(), waiter},
                     return_when=asyncio.FIRST_COMPLETED,
-                    timeout=self.defer_flush_seconds if self._deferred else None,
+                    timeout=self.hold_flush_seconds if self._deferred else None,
                 )
                 waiter.cancel()
                 if not done and self._deferred is not None:

@@ -103,7 +103,7 @@ async def run_session(
     stop_at: float | None = None,
     fired_for: float | None = None,
     focus: Focus | None = None,
-    defer_reservation: bool = False,
+    hold_reservation: bool = False,
 ) -> WorkerRun:
     """Run ``session_id`` until parked (or until ``stop_at``), then make sure it runs again
     exactly when it must: at once when still active (or cut off at ``stop_at``), after an
@@ -122,11 +122,11 @@ async def run_session(
     :data:`~bide.engine.partial.PageHint`, when the wake has one): the first pass is a targeted
     one (see the module), unless this process has not yet run the session whole
     (:mod:`bide.service.whole_runs`: its first run of a session reruns every parked gate).
-    ``defer_reservation``: the first pass, when it starts one task alone, holds its
+    ``hold_reservation``: the first pass, when it starts one task alone, holds its
     reservation until the task's first commit (:mod:`bide.engine.deferred`): only on a
     wake's first delivery and attempt, so a run after a failed one reserves first and its
     crashes count as restarts."""
-    hold = defer_reservation
+    hold = hold_reservation
     if focus is not None and not whole_runs.ran_whole(deps.store, session_id):
         focus = None  # this process's first run of the session: whole (gates rerun)
     may_have_alarm = False

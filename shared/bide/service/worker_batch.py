@@ -160,7 +160,7 @@ async def _wake_one(deps: Deps, record: dict[str, Any], stop_at: float | None) -
                     fired_for=fired,
                     focus=focus,
                     # Held only on a first try: a retry's crashes then count as restarts.
-                    defer_reservation=first_delivery and attempt == 1,
+                    hold_reservation=first_delivery and attempt == 1,
                 )
                 break
             except Exception as exc:
