@@ -168,10 +168,10 @@ class Counting(StoreWrapper):
         self._count(record)
         return seq, record
 
-    def tasks_and_docs_at_head(
-        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str]
+    def tasks_at_head(
+        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str] = ()
     ) -> tuple[int, dict[str, TaskRecord], dict[str, Doc]]:
-        seq, records, docs = self.inner.tasks_and_docs_at_head(session_id, task_ids, keys)
+        seq, records, docs = self.inner.tasks_at_head(session_id, task_ids, keys)
         self.read += sum(len(r.to_json().encode()) for r in records.values())
         self.read += sum(doc_bytes(d) for d in docs.values())
         self.records_read += len(records)

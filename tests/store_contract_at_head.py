@@ -2,7 +2,7 @@
 (:meth:`bide.engine.store.Store.task_and_doc_at_head`: what the IAM signal routes read, the
 session's owner document with the head and the task), and several tasks with the head
 (:meth:`~bide.engine.store.Store.tasks_at_head`: a targeted worker pass), with documents too
-(:meth:`~bide.engine.store.Store.tasks_and_docs_at_head`: its task's sealed pages): mixed into
+(:meth:`~bide.engine.store.Store.tasks_at_head`: its task's sealed pages): mixed into
 :class:`store_contract.StoreContract`, so every store runs it (SQLite, DynamoDB on moto and
 on DynamoDB Local)."""
 
@@ -106,17 +106,17 @@ class AtHeadContract:
         # What a targeted worker pass reads (bide.engine.partial): the head, the task and its
         # owner in one read; a task the session does not have is left out.
         sid = _sid()
-        assert store.tasks_at_head(sid, ["a", "b"]) == (0, {})
+        assert store.tasks_at_head(sid, ["a", "b"]) == (0, {}, {})
         a, b = _task("a", sid), _task("b", sid, 1)
         store.commit(sid, 0, [a, b])
         store.commit(sid, 1, [], [Doc("other", 1)])
-        assert store.tasks_at_head(sid, ["a", "b"]) == (2, {"a": a, "b": b})
-        assert store.tasks_at_head(sid, ["b", "missing"]) == (2, {"b": b})
-        assert store.tasks_at_head(sid, ["a", "a"]) == (2, {"a": a})  # an id twice: read once
-        assert store.tasks_at_head(sid, []) == (2, {})
+        assert store.tasks_at_head(sid, ["a", "b"]) == (2, {"a": a, "b": b}, {})
+        assert store.tasks_at_head(sid, ["b", "missing"]) == (2, {"b": b}, {})
+        assert store.tasks_at_head(sid, ["a", "a"]) == (2, {"a": a}, {})  # an id twice: read once
+        assert store.tasks_at_head(sid, []) == (2, {}, {})
         ended = a.replace(state=Terminal(outcome=Completed(result=None)), rev=a.rev + 1)
         store.commit(sid, 2, [ended])
-        assert store.tasks_at_head(sid, ["a"]) == (3, {"a": ended})  # live or ended
+        assert store.tasks_at_head(sid, ["a"]) == (3, {"a": ended}, {})  # live or ended
         with pytest.raises(ValueError, match="at most 99 tasks"):
             store.tasks_at_head(sid, [f"t{n}" for n in range(100)])
 
@@ -133,43 +133,41 @@ class AtHeadContract:
 
         def reader() -> None:
             for _ in range(3 * commits):
-                seq, found = other_store.tasks_at_head(sid, ["a", "b"])
+                seq, found, _ = other_store.tasks_at_head(sid, ["a", "b"])
                 seen.append((seq, found["a"].memos["n"], found["b"].memos["n"]))
 
         run_together(writer, reader)
         assert seen and all(a == b == seq - 1 for seq, a, b in seen), seen
 
-    def test_tasks_and_docs_at_head_reads_tasks_and_documents_together(self, store: Store) -> None:
+    def test_tasks_at_head_reads_tasks_and_documents_together(self, store: Store) -> None:
         # A targeted worker pass reads its task's sealed memo pages with the head and the task
         # (bide.engine.partial): documents found by key, one missing left out.
         sid = _sid()
-        assert store.tasks_and_docs_at_head(sid, ["a"], ["p/0"]) == (0, {}, {})
+        assert store.tasks_at_head(sid, ["a"], ["p/0"]) == (0, {}, {})
         a = _task("a", sid)
         store.commit(sid, 0, [a], [Doc("p/0", {"memos": {"x": 1}}), Doc("p/1", [2, "y"])])
-        assert store.tasks_and_docs_at_head(sid, ["a", "b"], ["p/0", "p/1", "p/2"]) == (
+        assert store.tasks_at_head(sid, ["a", "b"], ["p/0", "p/1", "p/2"]) == (
             1,
             {"a": a},
             {"p/0": Doc("p/0", {"memos": {"x": 1}}), "p/1": Doc("p/1", [2, "y"])},
         )
-        assert store.tasks_and_docs_at_head(sid, ["a"], ["p/1", "p/1"]) == (
+        assert store.tasks_at_head(sid, ["a"], ["p/1", "p/1"]) == (
             1,
             {"a": a},
             {"p/1": Doc("p/1", [2, "y"])},  # a key twice: read once
         )
-        assert store.tasks_and_docs_at_head(sid, ["a"], []) == (1, {"a": a}, {})
-        assert store.tasks_and_docs_at_head(sid, [], ["p/0", "k" * 2000])[2] == {
+        assert store.tasks_at_head(sid, ["a"], []) == (1, {"a": a}, {})
+        assert store.tasks_at_head(sid, [], ["p/0", "k" * 2000])[2] == {
             "p/0": Doc("p/0", {"memos": {"x": 1}})  # a key too long for any store: absent
         }
-        # The head and tasks part is tasks_at_head's answer.
-        assert store.tasks_and_docs_at_head(sid, ["a"], ["p/0"])[:2] == store.tasks_at_head(
-            sid, ["a"]
-        )
+        # The head and tasks part is the answer without documents.
+        assert store.tasks_at_head(sid, ["a"], ["p/0"])[:2] == store.tasks_at_head(sid, ["a"])[:2]
         # Tasks and documents together: at most 99 (one TransactGetItems holds 100 items).
         with pytest.raises(ValueError, match="at most 99 tasks and documents"):
-            store.tasks_and_docs_at_head(sid, ["a"], [f"p/{n}" for n in range(99)])
-        store.tasks_and_docs_at_head(sid, ["a"], [f"p/{n}" for n in range(98)])
+            store.tasks_at_head(sid, ["a"], [f"p/{n}" for n in range(99)])
+        store.tasks_at_head(sid, ["a"], [f"p/{n}" for n in range(98)])
 
-    def test_tasks_and_docs_at_head_never_mixes_two_commits(
+    def test_tasks_at_head_never_mixes_two_commits_with_documents(
         self, store: Store, other_store: Store
     ) -> None:
         # Commit n writes the task and the document with n: a read at seq s sees s - 1 in both.
@@ -184,7 +182,7 @@ class AtHeadContract:
 
         def reader() -> None:
             for _ in range(3 * commits):
-                seq, found, docs = other_store.tasks_and_docs_at_head(sid, ["a"], ["d"])
+                seq, found, docs = other_store.tasks_at_head(sid, ["a"], ["d"])
                 seen.append((seq, found["a"].memos["n"], docs["d"].body))
 
         run_together(writer, reader)

@@ -115,11 +115,11 @@ class Reads(StoreWrapper):
         self.records += len(snapshot.tasks)
         return snapshot
 
-    def tasks_and_docs_at_head(
-        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str]
+    def tasks_at_head(
+        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str] = ()
     ) -> tuple[int, dict[str, TaskRecord], dict[str, Doc]]:
         self.targeted += 1
-        seq, found, docs = self.inner.tasks_and_docs_at_head(session_id, task_ids, keys)
+        seq, found, docs = self.inner.tasks_at_head(session_id, task_ids, keys)
         self.records += len(found)
         return seq, found, docs
 

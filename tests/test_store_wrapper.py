@@ -50,7 +50,6 @@ def test_the_protocol_has_the_methods_this_file_expects():
         "load",
         "task_and_doc_at_head",
         "task_at_head",
-        "tasks_and_docs_at_head",
         "tasks_at_head",
     ]
 

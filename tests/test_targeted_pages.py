@@ -123,9 +123,9 @@ def test_a_refused_read_with_documents_is_made_again_without_them(aws: Stack) ->
     refusing = Refusing(store._ddb, limit=3)
     store._ddb = refusing
     # Head, task and two documents: 4 items, refused; read again as head and task alone.
-    assert store.tasks_and_docs_at_head("s1", ["a"], ["p/0", "p/1"]) == (1, {"a": record}, {})
+    assert store.tasks_at_head("s1", ["a"], ["p/0", "p/1"]) == (1, {"a": record}, {})
     assert refusing.refused == 1
-    found = store.tasks_and_docs_at_head("s1", ["a"], ["p/0"])[2]  # 3 items: read
+    found = store.tasks_at_head("s1", ["a"], ["p/0"])[2]  # 3 items: read
     assert found == {"p/0": Doc("p/0", {"memos": {}})}
     # A reader deciding on a document's absence (an owner's) is never answered "absent".
     refusing.limit = 2
@@ -134,7 +134,7 @@ def test_a_refused_read_with_documents_is_made_again_without_them(aws: Stack) ->
     # Nor is a read without documents retried: the refusal is not about them.
     refusing.limit = 1
     with pytest.raises(ClientError):
-        store.tasks_and_docs_at_head("s1", ["a"], [])
+        store.tasks_at_head("s1", ["a"], [])
 
 
 # --- a cold worker replays a long workflow body ------------------------------------------------

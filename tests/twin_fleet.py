@@ -84,12 +84,12 @@ class PoisonStore:
             raise RuntimeError(f"poisoned session {session_id}")
         return self.inner.load(session_id)
 
-    def tasks_and_docs_at_head(self, session_id: str, task_ids: Any, keys: Any) -> Any:
+    def tasks_at_head(self, session_id: str, task_ids: Any, keys: Any = ()) -> Any:
         """Fail for the poisoned session: a worker's targeted pass reads this, not a load."""
         if session_id == self.poisoned:
             self.refused += 1
             raise RuntimeError(f"poisoned session {session_id}")
-        return self.inner.tasks_and_docs_at_head(session_id, task_ids, keys)
+        return self.inner.tasks_at_head(session_id, task_ids, keys)
 
 
 @dataclass

@@ -9,7 +9,7 @@ at most 100 items (the head and up to 99 tasks and documents: the Store protocol
 aggregate size of the items in the transaction exceeded 4 MB" (same page). A caller cannot
 know a document's size before it reads it, so a read that also asks for documents and is
 refused is read again without them: the documents come back absent and the caller reads them
-otherwise (``Store.tasks_and_docs_at_head``); the head and tasks alone fit (a task record is
+otherwise (``Store.tasks_at_head``); the head and tasks alone fit (a task record is
 at most one 400 KB item).
 """
 

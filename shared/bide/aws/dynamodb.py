@@ -520,19 +520,11 @@ class DynamoDBStore(Retaining):
         return seq, records.get(task_id), docs.get(key)
 
     def tasks_at_head(
-        self, session_id: str, task_ids: Sequence[str]
-    ) -> tuple[int, dict[str, TaskRecord]]:
-        """:meth:`task_at_head` for up to 99 tasks (one ``TransactGetItems``), the head read
-        with its end as :meth:`load` reads it (:mod:`bide.aws.retention`)."""
-        check_at_head(task_ids)
-        seq, records, _ = at_head.read(self, session_id, task_ids, (), ends=True)
-        return seq, records
-
-    def tasks_and_docs_at_head(
-        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str]
+        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str] = ()
     ) -> tuple[int, dict[str, TaskRecord], dict[str, Doc]]:
-        """:meth:`tasks_at_head` and documents, in the same ``TransactGetItems`` (the
-        documents absent when DynamoDB refuses the read for its size: :mod:`bide.aws.at_head`)."""
+        """:meth:`task_at_head` for up to 99 tasks and documents (one ``TransactGetItems``),
+        the head read with its end as :meth:`load` reads it (:mod:`bide.aws.retention`); the
+        documents absent when DynamoDB refuses the read for its size (:mod:`bide.aws.at_head`)."""
         check_at_head(task_ids, keys)
         return at_head.read(self, session_id, task_ids, keys, ends=True, shed_docs=True)
 

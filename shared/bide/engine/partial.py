@@ -73,7 +73,7 @@ def read_focus(
     read and put in it (under ``store`` and the session, as a harness on them reads them)."""
     scope = memo_pages.session_scope(store, session_id)
     keys = memo_pages.pages_to_read(scope, task_id, pages)
-    seq, found, docs = store.tasks_and_docs_at_head(
+    seq, found, docs = store.tasks_at_head(
         session_id, [task_id] if owner_id is None else [task_id, owner_id], keys
     )
     record = found.get(task_id)

@@ -57,8 +57,8 @@ def ended_at(body: Any) -> float | None:
 
 
 def check_at_head(task_ids: Sequence[str], keys: Sequence[str] = ()) -> None:
-    """Raise ValueError when :meth:`Store.tasks_at_head` (or
-    :meth:`Store.tasks_and_docs_at_head`) is asked for too many tasks and documents."""
+    """Raise ValueError when :meth:`Store.tasks_at_head` is asked for too many tasks and
+    documents."""
     if len(task_ids) + len(keys) > MAX_AT_HEAD_TASKS:
         raise ValueError(
             f"tasks_at_head reads at most {MAX_AT_HEAD_TASKS} tasks and documents at once, not "
@@ -140,24 +140,17 @@ class Store(Protocol):
         ...
 
     def tasks_at_head(
-        self, session_id: str, task_ids: Sequence[str]
-    ) -> tuple[int, dict[str, TaskRecord]]:
-        """:meth:`task_at_head` for up to :data:`MAX_AT_HEAD_TASKS` tasks: the sequence number
-        and those of ``task_ids`` the session has (live or ended), by id, all as they stood
-        together at that sequence number (one consistent read). For a run that works on these
-        tasks alone (the worker's targeted pass). Raises ValueError for more ids."""
-        ...
-
-    def tasks_and_docs_at_head(
-        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str]
+        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str] = ()
     ) -> tuple[int, dict[str, TaskRecord], dict[str, Doc]]:
-        """:meth:`tasks_at_head` and the documents under ``keys`` found, by key, all as they
-        stood together at that sequence number (one consistent read): the worker's targeted
-        pass reads the focus task's sealed memo pages with it. Tasks and keys together: at
-        most :data:`MAX_AT_HEAD_TASKS` (ValueError, nothing read). A store whose one read
-        cannot hold the documents (DynamoDB refuses a ``TransactGetItems`` over 4 MB) may
-        return them absent, never a document from another sequence number: the caller
-        reads an absent one otherwise."""
+        """:meth:`task_at_head` for several tasks and documents: the sequence number, those of
+        ``task_ids`` the session has (live or ended), by id, and the documents under ``keys``
+        found, by key, all as they stood together at that sequence number (one consistent
+        read). For a run that works on these tasks alone (the worker's targeted pass, which
+        reads the focus task's sealed memo pages with it). Tasks and keys together: at most
+        :data:`MAX_AT_HEAD_TASKS` (ValueError, nothing read). A store whose one read cannot
+        hold the documents (DynamoDB refuses a ``TransactGetItems`` over 4 MB) may return
+        them absent, never a document from another sequence number: the caller reads an
+        absent one otherwise."""
         ...
 
     def commit(

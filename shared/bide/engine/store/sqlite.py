@@ -96,15 +96,7 @@ class SQLiteStore:
         return self._at_head(session_id, task_id, key)
 
     def tasks_at_head(
-        self, session_id: str, task_ids: Sequence[str]
-    ) -> tuple[int, dict[str, TaskRecord]]:
-        """The sequence number and those of ``task_ids`` the session has, read in one
-        transaction."""
-        seq, records, _ = self.tasks_and_docs_at_head(session_id, task_ids, ())
-        return seq, records
-
-    def tasks_and_docs_at_head(
-        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str]
+        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str] = ()
     ) -> tuple[int, dict[str, TaskRecord], dict[str, Doc]]:
         """The sequence number, those of ``task_ids`` the session has and the documents under
         ``keys`` found, read in one transaction."""

@@ -43,16 +43,10 @@ class StoreWrapper:
         return self.inner.task_and_doc_at_head(session_id, task_id, key)
 
     def tasks_at_head(
-        self, session_id: str, task_ids: Sequence[str]
-    ) -> tuple[int, dict[str, TaskRecord]]:
-        """See :meth:`bide.engine.store.Store.tasks_at_head`."""
-        return self.inner.tasks_at_head(session_id, task_ids)
-
-    def tasks_and_docs_at_head(
-        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str]
+        self, session_id: str, task_ids: Sequence[str], keys: Sequence[str] = ()
     ) -> tuple[int, dict[str, TaskRecord], dict[str, Doc]]:
-        """See :meth:`bide.engine.store.Store.tasks_and_docs_at_head`."""
-        return self.inner.tasks_and_docs_at_head(session_id, task_ids, keys)
+        """See :meth:`bide.engine.store.Store.tasks_at_head`."""
+        return self.inner.tasks_at_head(session_id, task_ids, keys)
 
     def commit(
         self,
