@@ -127,17 +127,66 @@ def wake_body(
     return json.dumps(data)
 
 
-def wake_pages(body: str) -> PageHint | None:
-    """``(sealed page count, created_at)`` of the task a signal's wake names, or None: a wake
-    without them (any wake but a signal's to a task with sealed pages, and every message from
-    before wakes carried them) or with a malformed one. Only a hint for what to read: the
-    worker counts pages by the record it reads, never by the wake (a wake never fails on it)."""
-    try:
-        data = json.loads(body)
-    except ValueError:
+class Wake:
+    """One wake message read once: what :func:`read_wake` finds in its body.
+
+    ``session_id`` and ``reason`` always; ``focus``, the task a signal's wake names and its
+    owner (None for a wake of the whole session); ``pages``, that task's sealed page count and
+    ``created_at`` (a hint for the targeted read, None when absent or malformed); ``fired_at``,
+    the deadline an alarm's wake was armed for (None for any other wake)."""
+
+    __slots__ = ("fired_at", "focus", "pages", "reason", "session_id")
+
+    def __init__(
+        self,
+        session_id: str,
+        reason: str,
+        focus: tuple[str, str | None] | None = None,
+        pages: PageHint | None = None,
+        fired_at: float | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.reason = reason
+        self.focus = focus
+        self.pages = pages
+        self.fired_at = fired_at
+
+    def __repr__(self) -> str:
+        return (
+            f"Wake({self.session_id!r}, {self.reason!r}, focus={self.focus!r}, "
+            f"pages={self.pages!r}, fired_at={self.fired_at!r})"
+        )
+
+
+def read_wake(body: str) -> Wake:
+    """Parse a wake message (from the API, a signal or an alarm) once. ValueError when the body
+    is not JSON or has no non-empty ``session_id``: no retry can make it valid. Every other
+    field only narrows or dates the run, so a malformed one reads as absent (a full pass is
+    always correct)."""
+    data = json.loads(body)
+    session_id = data.get("session_id") if isinstance(data, dict) else None
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError("a wake message needs a non-empty 'session_id'")
+    reason = str(data.get("reason", "unknown"))
+    focus = _focus(data)
+    pages = None if focus is None else _pages(data)
+    fired_at = _fired_at(data) if reason == "alarm" else None
+    return Wake(session_id, reason, focus, pages, fired_at)
+
+
+def _focus(data: dict[str, Any]) -> tuple[str, str | None] | None:
+    task = data.get("task")
+    if not isinstance(task, str) or not task:
         return None
-    if not isinstance(data, dict) or wake_focus(body) is None:
+    owner = data.get("owner")
+    if owner is not None and (not isinstance(owner, str) or not owner):
         return None
+    return task, owner
+
+
+def _pages(data: dict[str, Any]) -> PageHint | None:
+    # Only a hint for what to read: the worker counts pages by the record it reads, never by
+    # the wake (a wake never fails on it).
     count, created = data.get("pages"), data.get("created_at")
     if type(count) is not int or count < 0:
         return None
@@ -148,21 +197,37 @@ def wake_pages(body: str) -> PageHint | None:
     return count, float(created)
 
 
-def wake_focus(body: str) -> tuple[str, str | None] | None:
-    """The task a wake names and its owner (``(task, owner or None)``), or None for a wake of
-    the whole session (every wake but a signal's, and any message from before wakes named a
-    task). A malformed ``task`` or ``owner`` also gives None: a full pass is always correct."""
+def _fired_at(data: dict[str, Any]) -> float | None:
+    at = data.get("at")
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        return None
+    return float(at)
+
+
+def _object(body: str) -> dict[str, Any] | None:
     try:
         data = json.loads(body)
     except ValueError:
         return None
-    task = data.get("task") if isinstance(data, dict) else None
-    if not isinstance(task, str) or not task:
+    return data if isinstance(data, dict) else None
+
+
+def wake_pages(body: str) -> PageHint | None:
+    """``(sealed page count, created_at)`` of the task a signal's wake names, or None: a wake
+    without them (any wake but a signal's to a task with sealed pages, and every message from
+    before wakes carried them) or with a malformed one (see :class:`Wake`)."""
+    data = _object(body)
+    if data is None or _focus(data) is None:
         return None
-    owner = data.get("owner")
-    if owner is not None and (not isinstance(owner, str) or not owner):
-        return None
-    return task, owner
+    return _pages(data)
+
+
+def wake_focus(body: str) -> tuple[str, str | None] | None:
+    """The task a wake names and its owner (``(task, owner or None)``), or None for a wake of
+    the whole session (every wake but a signal's, and any message from before wakes named a
+    task). A malformed ``task`` or ``owner`` also gives None: a full pass is always correct."""
+    data = _object(body)
+    return None if data is None else _focus(data)
 
 
 def whole_session(body: str) -> str:
@@ -179,12 +244,9 @@ def whole_session(body: str) -> str:
 
 
 def parse_wake(body: str) -> tuple[str, str]:
-    """The session id and reason of a wake message (from the API, a signal or an alarm)."""
-    data = json.loads(body)
-    session_id = data.get("session_id") if isinstance(data, dict) else None
-    if not isinstance(session_id, str) or not session_id:
-        raise ValueError("a wake message needs a non-empty 'session_id'")
-    return session_id, str(data.get("reason", "unknown"))
+    """The session id and reason of a wake message (see :func:`read_wake`)."""
+    wake = read_wake(body)
+    return wake.session_id, wake.reason
 
 
 def fired_for(body: str) -> float | None:
@@ -193,7 +255,4 @@ def fired_for(body: str) -> float | None:
     data = json.loads(body)
     if not isinstance(data, dict) or data.get("reason") != "alarm":
         return None
-    at = data.get("at")
-    if isinstance(at, bool) or not isinstance(at, int | float):
-        return None
-    return float(at)
+    return _fired_at(data)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..aws.sqs import fired_for, parse_wake, wake_focus, wake_pages
+from ..aws.sqs import parse_wake, read_wake
 from ..constants import DEFAULT_SAFETY_MARGIN_MS
 from ..engine.partial import Focus
 from . import observability as obs
@@ -128,7 +128,7 @@ async def _wake_one(deps: Deps, record: dict[str, Any], stop_at: float | None) -
     """One wake; False when it failed and SQS must deliver it again."""
     body = str(record.get("body", ""))
     try:
-        session_id, reason = parse_wake(body)
+        wake = read_wake(body)  # read once: every field the run needs
     except ValueError as exc:
         # No retry can make a malformed wake valid; failing it would hold back the rest of
         # its group until it reached the dead-letter queue. Dropped, loudly.
@@ -138,6 +138,7 @@ async def _wake_one(deps: Deps, record: dict[str, Any], stop_at: float | None) -
         )
         obs.count(obs.MALFORMED_WAKES)
         return True
+    session_id, reason = wake.session_id, wake.reason
     with obs.correlated(session_id=session_id):
         obs.count(obs.WAKES, reason=obs.bounded(reason, _WAKE_REASONS))
         # The fired schedule is known gone only on the wake's first delivery and attempt: an
@@ -145,13 +146,12 @@ async def _wake_one(deps: Deps, record: dict[str, Any], stop_at: float | None) -
         first_delivery = _receive_count(record) == 1
         # A signal's wake names its task: the run is owed to that task alone (worker.py). Each
         # record of a batch runs on its own, so one wake never stands for another's.
-        named = wake_focus(body)
         # With the task, its sealed pages' count: the targeted read fetches them with it.
-        focus: Focus | None = None if named is None else (*named, wake_pages(body))
+        focus: Focus | None = None if wake.focus is None else (*wake.focus, wake.pages)
         attempt = 0
         while True:
             attempt += 1
-            fired = fired_for(body) if first_delivery and attempt == 1 else None
+            fired = wake.fired_at if first_delivery and attempt == 1 else None
             try:
                 done = await run_session(
                     deps,
