@@ -18,8 +18,9 @@ Scheduler requests; Lambda invocations and duration from the handlers' own CPU t
 (``time.thread_time`` around each handler call, less the CPU moto spends serving it and the
 metering), scaled to the function's CPU share at the stack's memory size, billed per 1 ms;
 API Gateway requests; CloudWatch Logs bytes: the lines the handlers write (Powertools JSON
-logs at INFO, the stack's level; EMF metrics), Lambda's START/END/REPORT lines and the
-stage's access log line.
+logs at INFO, the stack's level; EMF metrics), Lambda's own records as the stack's logging
+config sends them (``bide.cdk.functions.LOGGING_CONFIG``: none for a successful invocation at
+system log level WARN) and the stage's access log line.
 
 History is built uncounted on SQLite with the same app and copied into DynamoDB; a warm round
 (cold start, webhook key read) precedes ROUNDS counted rounds, whose request counts must
@@ -65,6 +66,7 @@ CALLER = f"arn:aws:iam::{ACCOUNT}:user/signaller"
 TABLE, BUCKET, GROUP, SECRET = "bide-cost", "bide-cost-offload", "bide-cost-alarms", "bide-key"
 MEMORY = cm.stack_memory_mb()
 ACCESS_LOG = cm.access_log_format()
+LOGGING = cm.lambda_logging()
 
 
 class Context:
@@ -140,12 +142,8 @@ class Deployment:
             r.requests[f"lambda:{function}"] += 1
             r.cpu_s[function] = r.cpu_s.get(function, 0.0) + cpu
             ms = cm.billed_ms(cpu, MEMORY[function])
-            rid = context.aws_request_id
-            platform = (
-                f"START RequestId: {rid} Version: $LATEST\nEND RequestId: {rid}\n"
-                f"REPORT RequestId: {rid}\tDuration: {ms:.2f} ms\tBilled Duration: {ms} ms\t"
-                f"Memory Size: {MEMORY[function]} MB\tMax Memory Used: 112 MB\t\n"
-            )
+            # Lambda's own records, as the stack's logging config sends them (none at WARN).
+            platform = cm.platform_log(LOGGING, context.aws_request_id, ms, MEMORY[function])
             r.log_bytes += len(out.getvalue().encode()) + len(platform.encode())
         return answer
 

@@ -24,6 +24,7 @@ Metering rules used (AWS's documented units):
 from __future__ import annotations
 
 import ast
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,20 +132,88 @@ def stack_memory_mb() -> dict[str, int]:
     return {"worker": int(found["worker_memory_size"]), "signal": handler, "api": handler}
 
 
+def _constant(path: Path, name: str) -> ast.expr:
+    """The expression module-level ``name`` is assigned in ``path``, read without importing it."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name:
+            return node.value
+    raise LookupError(f"{name} not found in {path}")
+
+
 def access_log_format() -> dict[str, str]:
     """The API stage's access log format (``bide.cdk.api.ACCESS_LOG_FORMAT``), read from
     source: each request writes one line of it."""
-    tree = ast.parse((_ROOT / "cdk" / "api.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == (
-            "ACCESS_LOG_FORMAT"
-        ):
-            call = node.value
-            assert isinstance(call, ast.Call)
-            value = ast.literal_eval(call.args[0])
-            assert isinstance(value, dict)
-            return value
-    raise LookupError("ACCESS_LOG_FORMAT not found in bide/cdk/api.py")
+    call = _constant(_ROOT / "cdk" / "api.py", "ACCESS_LOG_FORMAT")
+    assert isinstance(call, ast.Call)
+    value = ast.literal_eval(call.args[0])
+    assert isinstance(value, dict)
+    return value
+
+
+def lambda_logging() -> dict[str, str]:
+    """The functions' advanced logging controls (``bide.cdk.functions.LOGGING_CONFIG``, in
+    CloudFormation's ``LoggingConfig`` names), read from source."""
+    value = ast.literal_eval(_constant(_ROOT / "cdk" / "functions.py", "LOGGING_CONFIG"))
+    assert isinstance(value, dict)
+    return value
+
+
+# Lambda's system log levels, most detailed first, and the level Lambda gives each record of an
+# invocation that succeeds: start and report INFO, runtimeDone (the END line) DEBUG; they are
+# WARN only when the invocation fails
+# (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html,
+# "System log level event mapping"). Level filtering needs the JSON format; in Text format
+# Lambda writes START, END and REPORT whatever the level.
+SYSTEM_LEVELS = ("DEBUG", "INFO", "WARN")
+SUCCESS_RECORD_LEVELS = {
+    "platform.start": "INFO",
+    "platform.runtimeDone": "DEBUG",
+    "platform.report": "INFO",
+}
+PLATFORM_TIME = "2026-12-01T12:00:00.000Z"
+
+
+def platform_log(
+    logging: dict[str, str], request_id: str, billed: int, memory_mb: int, max_used_mb: int = 112
+) -> str:
+    """What Lambda itself writes to a function's log group for one invocation that succeeds,
+    under ``logging`` (:func:`lambda_logging`): the three text lines in Text format, else the
+    JSON records at or above the system log level, shaped as the Telemetry API's
+    (https://docs.aws.amazon.com/lambda/latest/dg/telemetry-schema-reference.html). ``billed``
+    stands in for the measured duration too."""
+    if logging.get("LogFormat", "Text").upper() != "JSON":
+        return (
+            f"START RequestId: {request_id} Version: $LATEST\nEND RequestId: {request_id}\n"
+            f"REPORT RequestId: {request_id}\tDuration: {billed:.2f} ms\tBilled Duration: "
+            f"{billed} ms\tMemory Size: {memory_mb} MB\tMax Memory Used: {max_used_mb} MB\t\n"
+        )
+    level = logging.get("SystemLogLevel", "INFO")
+    if level not in SYSTEM_LEVELS:
+        raise ValueError(f"SystemLogLevel {level!r} is not one of {SYSTEM_LEVELS}")
+    records = {
+        "platform.start": {"requestId": request_id, "version": "$LATEST"},
+        "platform.runtimeDone": {
+            "requestId": request_id,
+            "status": "success",
+            "metrics": {"durationMs": float(billed), "producedBytes": 0},
+        },
+        "platform.report": {
+            "requestId": request_id,
+            "metrics": {
+                "durationMs": float(billed),
+                "billedDurationMs": billed,
+                "memorySizeMB": memory_mb,
+                "maxMemoryUsedMB": max_used_mb,
+            },
+            "status": "success",
+        },
+    }
+    lines = [
+        json.dumps({"time": PLATFORM_TIME, "type": kind, "record": record}, separators=(",", ":"))
+        for kind, record in records.items()
+        if SYSTEM_LEVELS.index(SUCCESS_RECORD_LEVELS[kind]) >= SYSTEM_LEVELS.index(level)
+    ]
+    return "".join(f"{line}\n" for line in lines)
 
 
 def billed_ms(cpu_seconds: float, memory_mb: int) -> int:

@@ -60,6 +60,36 @@ def test_memory_sizes_and_access_log_are_the_stacks() -> None:
     assert cm.access_log_format() == json.loads(ACCESS_LOG_FORMAT)
 
 
+def test_platform_records_follow_the_stacks_logging_config() -> None:
+    """Lambda's own records for a successful invocation: START/END/REPORT in Text format
+    whatever the level (filtering needs JSON); in JSON, the records at or above the system
+    level, start and report being INFO and runtimeDone DEBUG
+    (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html)."""
+    import json
+
+    from bide.cdk.functions import LOGGING_CONFIG
+
+    assert cm.lambda_logging() == LOGGING_CONFIG
+    rid = "8f507cfc-0000-4697-b07a-ac58fc914c95"
+
+    def records(config: dict[str, str]) -> list[str]:
+        lines = cm.platform_log(config, rid, 35, 512).splitlines()
+        return [json.loads(line)["type"] for line in lines]
+
+    text = cm.platform_log({"LogFormat": "Text"}, rid, 35, 512)
+    assert [line.split(" ")[0] for line in text.splitlines()] == ["START", "END", "REPORT"]
+    assert "Billed Duration: 35 ms" in text and "Memory Size: 512 MB" in text
+    assert cm.platform_log({"LogFormat": "Text", "SystemLogLevel": "WARN"}, rid, 35, 512) == text
+    every = ["platform.start", "platform.runtimeDone", "platform.report"]
+    assert records({"LogFormat": "JSON", "SystemLogLevel": "DEBUG"}) == every
+    assert records({"LogFormat": "JSON"}) == ["platform.start", "platform.report"]  # INFO
+    assert records({"LogFormat": "JSON", "SystemLogLevel": "WARN"}) == []
+    with pytest.raises(ValueError, match="SystemLogLevel 'ERROR'"):
+        cm.platform_log({"LogFormat": "JSON", "SystemLogLevel": "ERROR"}, rid, 35, 512)
+    # The stack's own: nothing for an invocation that succeeds.
+    assert cm.platform_log(cm.lambda_logging(), rid, 35, 512) == ""
+
+
 @pytest.fixture
 def table() -> Iterator[Any]:
     import boto3

@@ -37,6 +37,22 @@ from .storage import Storage
 from .wake import SCHEDULER_PRINCIPAL, WakePath
 
 SIGNAL_TIMEOUT = cdk.Duration.seconds(10)
+#: Lambda's advanced logging controls, the same for every function (CloudFormation's
+#: ``LoggingConfig`` names). System logs at WARN: for an invocation that succeeds Lambda sends
+#: no platform record at all (``platform.start`` and ``platform.report`` are INFO,
+#: ``platform.runtimeDone`` DEBUG); a failed or timed-out invocation still sends its
+#: ``runtimeDone`` and ``report`` (WARN), so errors keep their duration and memory line. Each
+#: successful invocation saves the START/END/REPORT lines (about 260 bytes of ingestion);
+#: durations stay in Lambda's own CloudWatch metrics. System log levels need the JSON format
+#: (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html,
+#: "System log level event mapping"). JSON changes nothing the services write: the Python
+#: runtime formats only the root logger's records as JSON and leaves what the code writes to
+#: stdout (the services' JSON lines, the EMF metric documents) as it is
+#: (https://docs.aws.amazon.com/lambda/latest/dg/python-logging.html). The application log
+#: level is left to Lambda's default, INFO, on purpose: Lambda files a stdout JSON object
+#: without a known ``level`` (an EMF document) as INFO, so a stricter level would drop the
+#: metrics. bench/cost_model.py reads this constant to price the log lines.
+LOGGING_CONFIG = {"LogFormat": "JSON", "SystemLogLevel": "WARN"}
 # HTTP API integrations time out after 30 s; the function should give up first.
 API_TIMEOUT = cdk.Duration.seconds(29)
 WAKE_BATCH_SIZE = 10
@@ -243,6 +259,8 @@ class Functions:
             memory_size=memory_size,
             environment=dict(environment),
             tracing=lambda_.Tracing.ACTIVE if self._tracing else None,
+            logging_format=lambda_.LoggingFormat(LOGGING_CONFIG["LogFormat"]),
+            system_log_level_v2=lambda_.SystemLogLevel(LOGGING_CONFIG["SystemLogLevel"]),
             reserved_concurrent_executions=reserved_concurrency,
             # The worker re-arms its own session through the queue that invokes it; a long
             # session legitimately loops worker -> queue -> worker many times, and Lambda's
