@@ -82,16 +82,19 @@ def test_correlated_keys_nest_and_come_back(lines: Lines) -> None:
 
 
 def test_concurrent_tasks_keep_their_own_keys(lines: Lines) -> None:
-    async def one(session_id: str, turn: asyncio.Event, other: asyncio.Event) -> None:
-        with obs.correlated(session_id=session_id):
+    events = {name: asyncio.Event() for name in ("a in", "b in", "a done", "b done")}
+
+    async def one(me: str, other: str) -> None:
+        with obs.correlated(session_id=f"s-{me}"):
             obs.logger.info("first")
-            other.set()
-            await turn.wait()  # the other task logs meanwhile, under its own key
+            events[f"{me} in"].set()
+            await events[f"{other} in"].wait()  # both are inside their blocks from here
             obs.logger.info("second")
+            events[f"{me} done"].set()
+            await events[f"{other} done"].wait()
 
     async def both() -> None:
-        a, b = asyncio.Event(), asyncio.Event()
-        await asyncio.gather(one("s-a", a, b), one("s-b", b, a))
+        await asyncio.gather(one("a", "b"), one("b", "a"))
 
     asyncio.run(both())
     got = [(x["message"], x["session_id"]) for x in lines.read()]
