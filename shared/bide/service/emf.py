@@ -141,9 +141,7 @@ class _Document:
         """Whether ``name`` under ``dimensions`` can join without changing a root member."""
         if name in self.metrics or name in self.dimensions:
             return False
-        return all(
-            self.dimensions.get(k, v) == v and k not in self.metrics for k, v in dimensions
-        )
+        return all(self.dimensions.get(k, v) == v and k not in self.metrics for k, v in dimensions)
 
     def put(self, name: str, dimensions: tuple[tuple[str, str], ...], values: list[float]) -> None:
         self.dimensions.update(dimensions)

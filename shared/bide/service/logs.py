@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any
 
 #: Where the level is read from, first found wins.
@@ -46,8 +47,9 @@ _RECORD_FIELDS = frozenset(
 
 # The keys of the enclosing correlated() blocks: per asyncio task and thread, so concurrent
 # requests served by one process (the local server) never see each other's keys.
+_NO_KEYS: Mapping[str, str] = MappingProxyType({})
 _correlated: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
-    "bide_log_keys", default={}
+    "bide_log_keys", default=_NO_KEYS
 )
 # The Lambda invocation's fields: one invocation at a time per execution environment, and
 # a global is seen by every thread the invocation starts.
@@ -184,7 +186,7 @@ def invocation(context: Any, *, trace_id: str | None = None) -> Iterator[None]:
             _invocation[field] = value
     if trace_id:
         _invocation["xray_trace_id"] = trace_id
-    token = _correlated.set({})
+    token = _correlated.set(_NO_KEYS)
     try:
         yield
     finally:
