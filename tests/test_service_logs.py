@@ -52,7 +52,9 @@ def lines_fixture() -> Iterator[Lines]:
 
 def test_a_line_carries_level_location_message_time_service_and_extras(lines: Lines) -> None:
     before = datetime.now(UTC)
-    obs.logger.info("signal %s", "in", extra={"route": "hook", "n": 3, "when": before})
+    obs.logger.info(
+        "signal %s", "in", extra={"route": "hook", "n": 3, "when": before, "wake_at": None}
+    )
     obs.logger.debug("not at INFO")
     [line] = lines.read()
     assert list(line)[:5] == ["level", "location", "message", "timestamp", "service"]
@@ -62,6 +64,7 @@ def test_a_line_carries_level_location_message_time_service_and_extras(lines: Li
     assert line["when"] == str(before)  # what JSON cannot hold is written as its text
     stamp = datetime.strptime(line["timestamp"], "%Y-%m-%dT%H:%M:%S.%f%z")
     assert abs((stamp - before).total_seconds()) < 5
+    assert "wake_at" not in line  # a None field is left out, as Powertools left it
     assert "cold_start" not in line and "session_id" not in line  # no invocation, no keys
 
 
