@@ -5,7 +5,8 @@ Every line of the ``bide`` logger (and its children, ``bide.*``) is one JSON obj
 milliseconds), ``service``; inside a Lambda invocation (:func:`invocation`) ``cold_start``,
 ``function_name`` and ``function_request_id`` (and ``xray_trace_id`` when tracing is on);
 the keys of the enclosing :func:`correlated` blocks (``session_id``, ``task_id``); the
-record's ``extra=`` fields but those that are None; ``exception`` and ``exception_name`` for ``logger.exception``.
+record's ``extra=`` fields but those that are None; ``exception`` and ``exception_name`` for
+``logger.exception``.
 The field names are those of Powertools' Logger, which this replaces (its package root is
 some 40 modules on every cold start), so log queries written for it still match.
 
