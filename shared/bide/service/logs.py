@@ -106,6 +106,11 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, separators=(",", ":"), default=str)
 
 
+# RFC 3339, as Lambda's JSON log format wants a stdout line's ``timestamp`` to use it (else it
+# files the line as INFO and stamps it itself: "Log-level filtering",
+# https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html).
+# ``level`` keeps Python's names, as Powertools wrote them: Lambda reads WARN and FATAL, so it
+# files WARNING and CRITICAL lines as INFO, which its default application level (INFO) sends.
 def _utc(created: float, msecs: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(msecs):03d}Z"
 
