@@ -65,8 +65,9 @@ TIMEOUT_S = 60.0
 COUNT_TIMEOUT_S = 600.0  # a run under callgrind is some 50 times slower
 BASELINE = "boto3"
 # Extra rows, not the goal's baseline: boto3 and its client plus the other packages the
-# handlers' path imports (pydantic and asyncio; then Powertools too), so what Bide itself adds
-# shows apart from what its dependencies cost.
+# handlers' path imports (pydantic and asyncio), so what Bide itself adds shows apart from
+# what its dependencies cost; then Powertools' logger and metrics too, which the handlers
+# imported until bide.service.logs and bide.service.emf replaced them (what that saved).
 CORE_DEPENDENCIES = "core"
 DEPENDENCIES = "deps"
 
@@ -87,7 +88,7 @@ if target in ("boto3", "core", "deps"):
     if target in ("core", "deps"):
         # What the handlers' path needs from other packages, less Bide itself: pydantic (one
         # small model built, as the engine's records are) and asyncio; then Powertools'
-        # logger and metrics.
+        # logger and metrics, which the handlers no longer import.
         import asyncio
         from pydantic import BaseModel
         class _Probe(BaseModel):
@@ -397,8 +398,9 @@ def report(runs: dict[str, list[tuple[Marks, int]]], starts: list[float], trials
         print(f"    {name:<18}{line}{run[0][1]:>9}")
     print()
     print("    + pydantic, asyncio: the baseline plus pydantic (one model built) and asyncio;")
-    print("    + Powertools too: and Powertools' logger and metrics: what the handlers import")
-    print("    besides Bide itself (extra rows, not the goal's baseline)")
+    print("    + Powertools too: and Powertools' logger and metrics, which the handlers imported")
+    print("    before their own JSON logs and EMF writer (extra rows, not the goal's baseline;")
+    print("    the HTTP functions still load Powertools' event handler, in +setup)")
     print(f"    interpreter start-up alone: {statistics.median(starts) * 1000:.1f} ms (wall)")
     print(f"    Python {sys.version.split()[0]}, {os.cpu_count()} cores")
 

@@ -17,10 +17,10 @@ under AWS's rules, the local index's writes included; SQS requests per 64 KB chu
 Scheduler requests; Lambda invocations and duration from the handlers' own CPU time
 (``time.thread_time`` around each handler call, less the CPU moto spends serving it and the
 metering), scaled to the function's CPU share at the stack's memory size, billed per 1 ms;
-API Gateway requests; CloudWatch Logs bytes: the lines the handlers write (Powertools JSON
-logs at INFO, the stack's level; EMF metrics), Lambda's own records as the stack's logging
-config sends them (``bide.cdk.functions.LOGGING_CONFIG``: none for a successful invocation at
-system log level WARN) and the stage's access log line.
+API Gateway requests; CloudWatch Logs bytes: the lines the handlers write (JSON logs at
+INFO, the stack's level; EMF metrics), Lambda's own records as the stack's logging config sends
+them (``bide.cdk.functions.LOGGING_CONFIG``: none for a successful invocation at system log
+level WARN) and the stage's access log line.
 
 History is built uncounted on SQLite with the same app and copied into DynamoDB; a warm round
 (cold start, webhook key read) precedes ROUNDS counted rounds, whose request counts must
@@ -70,7 +70,7 @@ LOGGING = cm.lambda_logging()
 
 
 class Context:
-    """The parts of a Lambda context the handlers and Powertools read."""
+    """The parts of a Lambda context the handlers and their log lines read."""
 
     def __init__(self, function: str) -> None:
         self.function_name = f"bide-{function}"
@@ -121,13 +121,13 @@ class Deployment:
         from bide.service import observability as obs
 
         self.signal, self.worker, self.obs = signal.handler, worker.handler, obs
-        obs.logger.setLevel("INFO")  # the stack sets no level: Powertools' default
+        obs.logger.setLevel("INFO")  # the stack sets no level: the services' default
 
     def invoke(self, function: str, handler: Any, event: dict[str, Any], r: Round | None) -> Any:
         """Run one invocation: its CPU time (less moto's and the meter's) and its log bytes."""
         out = io.StringIO()
-        stream = self.obs.logger.registered_handler
-        previous = stream.setStream(out)  # type: ignore[attr-defined]
+        stream = self.obs.log_handler
+        previous = stream.setStream(out)
         context = Context(function)
         overhead = self.meter.overhead_s
         try:
@@ -136,7 +136,7 @@ class Deployment:
                 answer = handler(event, context)
                 cpu = time.process_time() - began - (self.meter.overhead_s - overhead)
         finally:
-            stream.setStream(previous)  # type: ignore[attr-defined]
+            stream.setStream(previous)
         self.last_log = out.getvalue()
         if r is not None:
             r.requests[f"lambda:{function}"] += 1

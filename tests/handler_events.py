@@ -27,7 +27,7 @@ __all__ = [
 
 @dataclass
 class FakeContext:
-    """The parts of a Lambda context the handlers and Powertools read."""
+    """The parts of a Lambda context the handlers and their log lines read."""
 
     remaining_ms: int = 300_000
     function_name: str = "bide-test"

@@ -28,11 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # build-time and test-only packages never.
 NEVER_AT_IMPORT = (
     "boto3",
-    "botocore.session",  # Powertools imports the botocore package (to tag its user agent)
-    "botocore.client",
+    "botocore",
     "aws_xray_sdk",
-    "aws_lambda_powertools.event_handler",
-    "aws_lambda_powertools.utilities.parameters",
+    # Not even its package root (some 40 modules): logs and metrics are bide.service.logs
+    # and bide.service.emf; the HTTP functions' resolver (its event handler) comes on the
+    # first call, the webhook key's SecretsProvider on the first read of the key.
+    "aws_lambda_powertools",
     "bide.app",
     "bide.agent",
     "bide.workflow",

@@ -273,7 +273,7 @@ def test_an_operator_sees_it_in_the_route_a_log_line_and_a_metric(capsys, caplog
     [shown] = view["nondeterminism"]
     assert status == 200 and shown["tool"] == "deploy" and shown["reason"] == "arguments"
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    # The log line (Powertools writes JSON through the logging module: read the record).
+    # The log line (the JSON handler holds the stdout of import time: read the record).
     [logged] = [r for r in caplog.records if r.getMessage() == "workflow non-determinism"]
     assert logged.levelname == "ERROR" and logged.nondeterminism["task_id"] == shown["task_id"]
     counted = [

@@ -1,44 +1,50 @@
-"""Logs, metrics and (opt-in) traces of the host services, on Powertools.
+"""Logs, metrics and (opt-in) traces of the host services.
 
-* :data:`logger`: a Powertools Logger; :func:`correlated` adds ``session_id``/``task_id`` to
-  every line logged inside it.
+* :data:`logger`: the services' logger (JSON lines, :mod:`bide.service.logs`);
+  :func:`correlated` adds ``session_id``/``task_id`` to every line logged inside it.
 * :func:`count`: an EMF count metric (namespace :data:`~bide.constants.METRICS_NAMESPACE`),
   optionally with dimensions; :func:`flush` writes what was counted (the entry points in
-  :mod:`bide.service.http` flush once per call).
+  :mod:`bide.service.http` flush once per call), one document when the counts allow it
+  (:mod:`bide.service.emf`).
 * :class:`ObservedStore`: a store wrapper that counts commit conflicts.
 * :func:`lambda_entry`: what every Lambda handler is wrapped in. The X-Ray tracer is added
   only when ``BIDE_TRACING=1``: importing and starting it costs hundreds of milliseconds of
   cold start, so nobody pays for it by default.
+
+Neither logs nor metrics import Powertools (its package root alone is some 40 modules on
+every cold start, issue 12 goal 7); the environment variables deployed stacks set for it
+keep their meaning: ``POWERTOOLS_LOG_LEVEL`` (the level) and ``POWERTOOLS_METRICS_DISABLED``
+(or ``POWERTOOLS_DEV``; no metrics written).
 """
 
 from __future__ import annotations
 
-import logging
+import functools
+import json
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
-    AmazonCloudWatchEMFProvider,
-)
-
 from ..constants import ENV_TRACING, METRICS_NAMESPACE, SERVICE_NAME
+from ..engine.clock import SystemClock
 from ..engine.errors import ConflictError
 from ..engine.records import TaskRecord
 from ..engine.store.base import Doc
 from ..engine.store.wrapper import StoreWrapper
 from ..tools.redaction import install_log_filter
+from . import logs
+from .emf import MetricBuffer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-logger = Logger(service=SERVICE_NAME)
-"""The services' logger (JSON lines; level from ``POWERTOOLS_LOG_LEVEL``)."""
+logger, log_handler = logs.service_logger(SERVICE_NAME)
+"""The services' logger (JSON lines on stdout through :data:`log_handler`; the level from
+``AWS_LAMBDA_LOG_LEVEL``, ``POWERTOOLS_LOG_LEVEL`` or ``LOG_LEVEL``, INFO by default)."""
 # No provider token reaches a log line, whichever logger wrote it (bide.tools.redaction).
-install_log_filter(logging.getLogger(logger.name))
+install_log_filter(logger)
 install_log_filter()
+
+correlated = logs.correlated
 
 # Metric names, so dashboards and alarms (bide.cdk) and the code agree.
 WAKES = "Wakes"  # dimension reason: why a worker ran
@@ -69,9 +75,9 @@ METRICS: dict[str, frozenset[str]] = {
     WORKFLOW_NONDETERMINISM: frozenset(),
 }
 
-#: The dimension Powertools adds to every EMF blob that has a service name
-#: (``AmazonCloudWatchEMFProvider.serialize_metric_set``): part of every metric's identity in
-#: CloudWatch, so an alarm must name it too.
+#: The dimension on every metric :func:`count` writes (as Powertools' EMF provider, which
+#: this replaced, put it on every blob): part of every metric's identity in CloudWatch, so an
+#: alarm must name it too.
 SERVICE_DIMENSION = "service"
 
 
@@ -94,9 +100,10 @@ def _check(name: str, dimensions: dict[str, str]) -> None:
         )
 
 
-# One EMF provider per distinct dimension set: a dimension applies to a whole EMF blob, so
-# counts with different dimensions must be separate blobs. Built on first use, dropped at flush.
-_blobs: dict[tuple[tuple[str, str], ...], AmazonCloudWatchEMFProvider] = {}
+# What count() adds up until flush(): the service dimension on every metric.
+_counts = MetricBuffer(
+    METRICS_NAMESPACE, SystemClock().now, common={SERVICE_DIMENSION: SERVICE_NAME}
+)
 
 
 def count(name: str, value: float = 1, **dimensions: str) -> None:
@@ -104,46 +111,37 @@ def count(name: str, value: float = 1, **dimensions: str) -> None:
     small fixed set: every distinct value is a separate CloudWatch metric). ValueError for a
     metric or dimensions :data:`METRICS` does not list."""
     _check(name, dimensions)
-    key = tuple(sorted(dimensions.items()))
-    blob = _blobs.get(key)
-    if blob is None:
-        blob = AmazonCloudWatchEMFProvider(namespace=METRICS_NAMESPACE, service=SERVICE_NAME)
-        for dimension, dimension_value in key:
-            blob.add_dimension(name=dimension, value=dimension_value)
-        _blobs[key] = blob
-    blob.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    _counts.add(name, value, dimensions)
+
+
+def metrics_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment turns metrics off, as it did for Powertools:
+    ``POWERTOOLS_METRICS_DISABLED`` true, or ``POWERTOOLS_DEV`` true with the former unset."""
+    env = os.environ if environ is None else environ
+    disabled = env.get("POWERTOOLS_METRICS_DISABLED")
+    if disabled is not None:
+        return _truthy(disabled)
+    return _truthy(env.get("POWERTOOLS_DEV", "false"))
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "y", "on", "t")
 
 
 def flush() -> None:
-    """Write every counted metric as EMF to stdout (CloudWatch picks it up from the log) and
-    start afresh. Nothing is written when nothing was counted."""
-    blobs = list(_blobs.values())
-    _blobs.clear()
-    for blob in blobs:
-        if blob.metric_set:
-            blob.flush_metrics()
+    """Write every counted metric as EMF to stdout (CloudWatch extracts it from the log) and
+    start afresh. Nothing is written when nothing was counted or metrics are disabled."""
+    documents = _counts.drain()
+    if metrics_disabled():
+        return
+    for document in documents:
+        print(json.dumps(document, separators=(",", ":")))
 
 
 def bounded(value: str, allowed: frozenset[str], other: str = "other") -> str:
     """``value`` if it is one of ``allowed``, else ``other``: a dimension's values must stay
     few, whatever a message claims."""
     return value if value in allowed else other
-
-
-@contextmanager
-def correlated(**keys: str | None) -> Iterator[None]:
-    """Log lines inside carry ``keys`` (None values are skipped); earlier values of the same
-    keys come back afterwards."""
-    present = {k: v for k, v in keys.items() if v is not None}
-    before = logger.get_current_keys()
-    logger.append_keys(**present)
-    try:
-        yield
-    finally:
-        logger.remove_keys(list(present))
-        restore = {k: before[k] for k in present if k in before}
-        if restore:
-            logger.append_keys(**restore)
 
 
 class ObservedStore(StoreWrapper):
@@ -186,8 +184,16 @@ def tracing_enabled() -> bool:
 def lambda_entry(handler: F) -> F:
     """Wrap a Lambda handler: Lambda context in every log line (state cleared per
     invocation) and, only when :func:`tracing_enabled`, an X-Ray trace of the invocation."""
-    wrapped: Any = logger.inject_lambda_context(handler, clear_state=True)
-    if tracing_enabled():
+    tracing = tracing_enabled()
+
+    @functools.wraps(handler)
+    def with_context(event: Any, context: Any) -> Any:
+        trace = logs.trace_id(os.environ) if tracing else None
+        with logs.invocation(context, trace_id=trace):
+            return handler(event, context)
+
+    wrapped: Any = with_context
+    if tracing:
         # Imported here: the X-Ray SDK is the most expensive import of a cold start.
         from aws_lambda_powertools import Tracer
 
