@@ -106,13 +106,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, separators=(",", ":"), default=str)
 
 
-# RFC 3339, as Lambda's JSON log format wants a stdout line's ``timestamp`` to use it (else it
-# files the line as INFO and stamps it itself: "Log-level filtering",
+# ``level`` uses Lambda's names (TRACE DEBUG INFO WARN ERROR FATAL) rather than Python's
+# WARNING and CRITICAL, which Lambda does not know and would file as INFO: so a function's
+# application log level filters these lines as it means to ("Log-level filtering",
 # https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html).
-# ``level`` uses Lambda's names (TRACE DEBUG INFO WARN ERROR FATAL, same page) rather than
-# Python's WARNING and CRITICAL, which Lambda does not know and would file as INFO: so a
-# function's application log level filters these lines as it means to.
 _LAMBDA_LEVEL_NAMES = {"WARNING": "WARN", "CRITICAL": "FATAL"}
+
+
+# RFC 3339, as Lambda's JSON log format wants a stdout line's ``timestamp`` to use it (else it
+# files the line as INFO and stamps it itself: same page).
 def _utc(created: float, msecs: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(msecs):03d}Z"
 
