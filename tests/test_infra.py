@@ -329,19 +329,6 @@ def test_functions_runtime_architecture_handler_and_layer(stack, template):
         assert props["RecursiveLoop"] == "Terminate"  # Lambda's default, stated
 
 
-def test_functions_log_json_with_system_logs_at_warn(stack, template):
-    # Lambda's advanced logging controls (bide.cdk.functions.LOGGING_CONFIG): no START/END/
-    # REPORT records for an invocation that succeeds, a failure's runtimeDone and report kept.
-    for name, fn in _functions(stack).items():
-        config = _resource(template, _id(stack, fn))["Properties"]["LoggingConfig"]
-        assert config["LogFormat"] == "JSON", name
-        assert config["SystemLogLevel"] == "WARN", name
-        # Lambda's default application level, INFO: an EMF document has no level and counts
-        # as INFO, so a stricter level would drop every metric.
-        assert config.get("ApplicationLogLevel", "INFO") in ("TRACE", "DEBUG", "INFO"), name
-        assert set(config) == {"LogFormat", "SystemLogLevel", "LogGroup"}, name
-
-
 def test_function_environment(stack, template):
     service = stack.service
     expected = {

@@ -2,10 +2,11 @@
 
 The key check: every alarm on a custom (EMF) metric watches a metric the code really emits,
 with the same namespace, name and full dimension set (CloudWatch files a metric under all of
-its dimensions; Powertools adds ``service`` to each). The emitted set is not read from a list:
-the failure paths of the worker and of both HTTP handlers are run here and their EMF output
-is parsed. The registry the code counts through (``observability.METRICS``) is checked too:
-every ``count`` in the code names one of its entries, and every entry is counted somewhere.
+its dimensions; the services' EMF writer adds ``service`` to each). The emitted set is not
+read from a list: the failure paths of the worker and of both HTTP handlers are run here and
+their EMF output is parsed. The registry the code counts through (``observability.METRICS``)
+is checked too: every ``count`` in the code names one of its entries, and every entry is
+counted somewhere.
 
 Everything synthesizes with ``bide:skipBundling`` and nothing talks to AWS.
 """
@@ -366,3 +367,19 @@ def test_no_topic_without_an_email_and_cdk_nag_stays_clean(mon_stack):
             for r in v.violating_resources
         ]
         assert findings == []
+
+
+def test_functions_log_json_with_system_logs_at_warn(mon_stack, mon_template):
+    # Lambda's advanced logging controls (bide.cdk.functions.LOGGING_CONFIG): no START/END/
+    # REPORT records for an invocation that succeeds, a failure's runtimeDone and report kept.
+    service = mon_stack.service
+    resources = mon_template.to_json()["Resources"]
+    for fn in (service.worker, service.signal_function, service.api_function):
+        name = fn.node.id
+        config = resources[_id(mon_stack, fn)]["Properties"]["LoggingConfig"]
+        assert config["LogFormat"] == "JSON", name
+        assert config["SystemLogLevel"] == "WARN", name
+        # Lambda's default application level, INFO: an EMF document has no level and counts
+        # as INFO, so a stricter level would drop every metric.
+        assert config.get("ApplicationLogLevel", "INFO") in ("TRACE", "DEBUG", "INFO"), name
+        assert set(config) == {"LogFormat", "SystemLogLevel", "LogGroup"}, name
