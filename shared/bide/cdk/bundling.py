@@ -212,7 +212,9 @@ def entry_module(function: str) -> str:
         f'"""Lambda entry point of the {function} function: the handler of '
         f':mod:`bide.handlers.{function}`."""\n'
         "\n"
-        f"from bide.handlers.{function} import handler\n"
+        "from bide.handlers import load\n"
+        "\n"
+        f'handler = load("{function}")  # the collector paused while it imports\n'
         "\n"
         '__all__ = ["handler"]\n'
     )
