@@ -28,8 +28,8 @@ import json
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from ..engine.errors import CommitTooLarge, ConflictError, DocumentExists, StoreUnavailable
 from ..engine.records import TaskRecord
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import (
         AttributeValueTypeDef,
         QueryInputTypeDef,
+        TransactGetItemTypeDef,
         TransactWriteItemTypeDef,
     )
     from mypy_boto3_s3.client import S3Client
@@ -166,6 +167,14 @@ class DynamoDBStore(Retaining):
         self._ddb: DynamoDBClient = client
         self._offload = S3Offload(bucket, s3_client, self._retry)
         self._views = digest.LiveViews()
+        self._at_head = at_head.AtHeadReads(
+            table_name,
+            self._transact_get,
+            self._ends,
+            self._views,
+            self._read_record,
+            self._doc_from_item,
+        )
         self._closed = False
 
     # --- Store protocol ---------------------------------------------------------------------
@@ -508,7 +517,8 @@ class DynamoDBStore(Retaining):
         (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactGetItems.html).
         One request where :meth:`head` then :meth:`get_task` take two; a transactional read
         costs twice the read units of a plain one, which for the small head item is 2 RRU."""
-        seq, records, _ = at_head.read(self, session_id, [task_id], (), ends=False)
+        self._check_open()
+        seq, records, _ = self._at_head.read(session_id, [task_id], (), ends=False)
         return seq, records.get(task_id)
 
     def task_and_doc_at_head(
@@ -516,7 +526,8 @@ class DynamoDBStore(Retaining):
     ) -> tuple[int, TaskRecord | None, Doc | None]:
         """:meth:`task_at_head` with a third item in the same ``TransactGetItems`` (up to 100
         are allowed), the document: one request where a :meth:`get_doc` first takes two."""
-        seq, records, docs = at_head.read(self, session_id, [task_id], [key], ends=False)
+        self._check_open()
+        seq, records, docs = self._at_head.read(session_id, [task_id], [key], ends=False)
         return seq, records.get(task_id), docs.get(key)
 
     def tasks_at_head(
@@ -525,8 +536,9 @@ class DynamoDBStore(Retaining):
         """:meth:`task_at_head` for up to 99 tasks and documents (one ``TransactGetItems``),
         the head read with its end as :meth:`load` reads it (:mod:`bide.aws.retention`); the
         documents absent when DynamoDB refuses the read for its size (:mod:`bide.aws.at_head`)."""
+        self._check_open()
         check_at_head(task_ids, keys)
-        return at_head.read(self, session_id, task_ids, keys, ends=True, shed_docs=True)
+        return self._at_head.read(session_id, task_ids, keys, ends=True, shed_docs=True)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -547,6 +559,11 @@ class DynamoDBStore(Retaining):
             if not last:
                 return items
             request["ExclusiveStartKey"] = last
+
+    def _transact_get(self, gets: list[TransactGetItemTypeDef]) -> Mapping[str, Any]:
+        return self._retry.run(
+            "task_at_head", lambda: self._ddb.transact_get_items(TransactItems=gets)
+        )
 
     def _read_record(self, item: Item) -> str | bytes:
         return self._offload.read_body(item, "record")
