@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kit import ANSWER
+from targeted_kit import Queue
 
 from bide import Harness, ManualClock, SequentialIds, SQLiteStore
 from bide.app import App
@@ -278,14 +279,6 @@ def test_a_long_phase_gets_its_reservation_committed_alone() -> None:
 
 
 # --- the worker holds it on a wake's first delivery and attempt only ------------------------
-
-
-class Queue:
-    def __init__(self) -> None:
-        self.bodies: list[str] = []
-
-    def wake(self, session_id: str, reason: str, **kw: Any) -> None:
-        self.bodies.append(wake_body(session_id, reason, **kw))
 
 
 class Alarms:
