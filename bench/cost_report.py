@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
+import cost_floor
 import cost_model as cm
 from cost_meter import Round
 
@@ -98,6 +99,7 @@ def print_report(
     print(f"    {'/ create_callback':<24}" + "".join(f"{v:>11.2f}" for v in ratios))
     print(f"    {'/ $10.20 (docs figure)':<24}" + "".join(
         f"{t * cm.MILLION / 10.20:>11.2f}" for t in totals))  # fmt: skip
+    print_floor(cols, dtotals, history)
     print()
     print("    measured per wait:")
     for col in cols:
@@ -136,3 +138,27 @@ def print_report(
     print("    Prices:")
     for price in P.values():
         print(say.fill(f"{price.unit}: ${price.usd * cm.MILLION:.6g} per million [{price.source}]"))
+
+
+def print_floor(
+    cols: list[tuple[str, int]], dtotals: list[float], history: tuple[int, ...]
+) -> None:
+    """The floor of the shape (``cost_floor``): its total in every column, its ratio to
+    ``create_callback`` at the column's history, and its lines."""
+    say = textwrap.TextWrapper(width=100, initial_indent="    ", subsequent_indent="      ")
+    print()
+    for batch, label in ((1, "quiet queue"), (10, "batches of 10")):
+        total = sum(cost_floor.floor_usd(batch).values())
+        ratios = [total / dtotals[history.index(n)] for _, n in cols]
+        print(f"    {'floor, ' + label:<24}" + "".join(
+            f"{total * cm.MILLION:>11.2f}" for _ in cols))  # fmt: skip
+        print(f"    {'  / create_callback':<24}" + "".join(f"{v:>11.2f}" for v in ratios))
+    lines = "; ".join(
+        f"{line.why} {line.units:g} {cost_floor.UNIT_NAMES[line.price]}"
+        for line in cost_floor.floor_lines()
+    )
+    print(say.fill(
+        "floor: the least any layout pays on this shape for design 001's semantics, durations "
+        f"and logs free (bench/cost_floor.py): {lines}; with batches of 10 the worker run and "
+        "the mapping's two SQS requests are shared by ten waits."
+    ))  # fmt: skip

@@ -188,3 +188,57 @@ def test_a_projected_read_is_billed_by_the_whole_item(table: Any) -> None:
     assert plain.rru == 3 and one.rru == 3
     # Transactional: twice; reading an item that is not there still costs the minimum unit.
     assert both.rru == 2 * 3 + 2 * 1
+
+
+def test_the_floors_dynamodb_lines_are_what_the_meter_charges(table: Any) -> None:
+    """Each DynamoDB line of the floor (bench/cost_floor.py) is priced at the units the meter
+    charges for the request it stands for, on 1 KB items outside any index."""
+    import cost_floor
+    import cost_report
+
+    for i, sk in enumerate(("HEAD", "T#a", "D#k")):
+        table.put_item(TableName="t", Item=_item(sk, 1000 - i, None))
+    key = {"pk": {"S": "s"}, "sk": {"S": "HEAD"}}
+    requests = {
+        "the signal's write: one item, 1 KB": lambda c: c.update_item(
+            TableName="t", Key=key, UpdateExpression="SET body = :b",
+            ExpressionAttributeValues={":b": {"S": "y" * 900}},
+        ),
+        "the worker's read of the session: one item": lambda c: c.get_item(
+            TableName="t", Key=key, ConsistentRead=True
+        ),
+        "the park: two items in one transaction": lambda c: c.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": "t", "Item": _item("T#a", 1000, None)}},
+                {"Put": {"TableName": "t", "Item": _item("D#c", 1000, None)}},
+            ]
+        ),
+        "the next key's check: TransactGetItems of 2": lambda c: c.transact_get_items(
+            TransactItems=[
+                {"Get": {"TableName": "t", "Key": key}},
+                {"Get": {"TableName": "t", "Key": {"pk": {"S": "s"}, "sk": {"S": "D#k"}}}},
+            ]
+        ),
+    }  # fmt: skip
+    lines = [line for line in cost_floor.floor_lines() if line.price.startswith("dynamodb")]
+    assert sorted(line.why for line in lines) == sorted(requests)
+    for line in lines:
+        r = _metered(table, requests[line.why])
+        metered = r.wru if line.price == "dynamodb_wru" else r.rru
+        assert (metered, r.wru_index) == (line.units, 0), line.why
+    assert {line.component for line in cost_floor.floor_lines()} <= set(cost_report.COMPONENTS)
+
+
+def test_the_floor_shares_only_the_batched_requests() -> None:
+    import cost_floor
+
+    single, batched = cost_floor.floor_usd(1), cost_floor.floor_usd(10)
+    assert single["API Gateway"] == batched["API Gateway"] == cm.PRICES["apigw_http"].usd
+    for component in ("DynamoDB writes", "DynamoDB reads"):
+        assert single[component] == batched[component]
+    assert batched["Lambda requests"] == pytest.approx(1.1 * cm.PRICES["lambda_request"].usd)
+    assert batched["SQS"] == pytest.approx(1.2 * cm.PRICES["sqs_fifo"].usd)
+    assert single["SQS"] == pytest.approx(3 * cm.PRICES["sqs_fifo"].usd)
+    with pytest.raises(ValueError, match="batch"):
+        cost_floor.floor_usd(0)
+    assert {line.price for line in cost_floor.floor_lines(10)} == set(cost_floor.UNIT_NAMES)
