@@ -41,6 +41,7 @@ import os
 import statistics
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import boto3
@@ -60,6 +61,10 @@ from bide.service.owners import OWNER_KEY
 
 HISTORY = tuple(int(x) for x in os.environ.get("COST_HISTORY", "3,100,1000").split(","))
 ROUTES = ("webhook", "iam")
+# The extra, labelled column: a busy queue, BUSY waits of BUSY sessions per poll (the event
+# source mapping's largest FIFO batch), at the smallest history.
+BUSY = 10
+BUSY_HISTORY = HISTORY[0]
 ROUNDS = 3
 ACCOUNT = "123456789012"
 CALLER = f"arn:aws:iam::{ACCOUNT}:user/signaller"
@@ -247,6 +252,15 @@ def one_wait(
     d: Deployment, route: str, session_id: str, task_id: str, n: int, r: Round | None
 ) -> None:
     """Signal key k<n> by ``route``, then run the worker: the task sleeps on k<n+1>."""
+    send_signal(d, route, session_id, task_id, n, r)
+    d.poll_and_work(r)
+    check_sleeping(d, session_id, task_id, n)
+
+
+def send_signal(
+    d: Deployment, route: str, session_id: str, task_id: str, n: int, r: Round | None
+) -> None:
+    """Signal key k<n> by ``route``; the value must be delivered."""
     body = json.dumps({"text": "x"}).encode()
     if route == "webhook":
         token = HOOKS[session_id]
@@ -265,7 +279,10 @@ def one_wait(
     answer = d.api_request(event, r)
     if json.loads(answer["body"])["result"] != "delivered":
         raise RuntimeError(f"{route} k{n}: {answer}")
-    d.poll_and_work(r)
+
+
+def check_sleeping(d: Deployment, session_id: str, task_id: str, n: int) -> None:
+    """The task woke on k<n> and sleeps on the next key."""
     record = d.store.get_task(session_id, task_id)
     assert record is not None and record.state.status == "sleeping", record
     assert record.state.checkpoint["n"] == n + 2, record.state  # type: ignore[union-attr]
@@ -294,6 +311,53 @@ def measure(d: Deployment, route: str, n: int) -> list[Round]:
     return rounds
 
 
+def measure_busy(d: Deployment, n: int) -> list[Round]:
+    """The extra, labelled shape of a busy queue: BUSY sessions (one task each, ``n`` waits of
+    history) are signalled by the IAM route, then one poll hands their BUSY wakes to one worker
+    run, as the event source mapping does with a full batch. Each round is divided by BUSY:
+    per wait, the signal function's requests and duration stay whole, the worker's invocation
+    and the poller's two SQS requests are shared (its billed duration is rounded up per wait,
+    which bills the worker a little more than one invocation would)."""
+    sessions = []
+    for i in range(BUSY):
+        session_id = f"busy-{n}-{i}"
+        task_id = asyncio.run(build_history(d, session_id, Looper, n))
+        one_wait(d, "iam", session_id, task_id, n, None)  # warm, uncounted
+        sessions.append((session_id, task_id))
+    rounds = []
+    for i in range(n + 1, n + 1 + ROUNDS):
+        r = Round()
+        d.meter.round = r
+        try:
+            for session_id, task_id in sessions:
+                send_signal(d, "iam", session_id, task_id, i, r)
+            d.poll_and_work(r)
+        finally:
+            d.meter.round = None
+        if r.requests["lambda:worker"] != 1:
+            raise RuntimeError(f"busy at {n}: the poll took {r.requests['lambda:worker']} runs")
+        for session_id, task_id in sessions:
+            check_sleeping(d, session_id, task_id, i)
+        rounds.append(per_wait(r, BUSY))
+    if any(r.requests != rounds[0].requests for r in rounds):
+        raise RuntimeError(f"busy at {n}: request counts differ: {[r.requests for r in rounds]}")
+    return rounds
+
+
+def per_wait(r: Round, waits: int) -> Round:
+    """One round of ``waits`` waits, divided by them."""
+    return Round(
+        requests=Counter({k: v / waits for k, v in r.requests.items()}),  # type: ignore[misc]
+        wru=r.wru / waits,
+        wru_index=r.wru_index / waits,
+        rru=r.rru / waits,
+        sqs_chunks=r.sqs_chunks / waits,  # type: ignore[arg-type]
+        cpu_s={f: cpu / waits for f, cpu in r.cpu_s.items()},
+        log_bytes=round(r.log_bytes / waits),
+        apigw=r.apigw / waits,  # type: ignore[arg-type]
+    )
+
+
 def median_round(rounds: list[Round]) -> Round:
     """The rounds' counts (equal) with their median CPU time and mean units and log bytes."""
     first = rounds[0]
@@ -317,8 +381,9 @@ def main() -> None:
             for n in HISTORY:
                 for route in ROUTES:
                     results[(route, n)] = median_round(measure(d, route, n))
+            results[("busy", BUSY_HISTORY)] = median_round(measure_busy(d, BUSY_HISTORY))
     durable = {n: durable_resume_cpu(n) for n in HISTORY}
-    print_report(results, durable, MEMORY, HISTORY, ROUTES, ROUNDS)
+    print_report(results, durable, MEMORY, HISTORY, (*ROUTES, "busy"), ROUNDS)
 
 
 if __name__ == "__main__":
