@@ -1,26 +1,27 @@
-"""The floor of one signal-resumed wait: the least any implementation of design 001 on the
-brief's AWS shape can pay, priced from the same table as the measured rows.
+"""The floor of one signal-resumed wait: a lower bound on what any implementation of design
+001 on the brief's AWS shape pays, priced from the same table as the measured rows.
 
 The shape (BRIEF section 2) fixes the requests a signal makes on its way to the next wait: the
 caller reaches the signal function through API Gateway, the signal function stores the value
 and re-arms the session through the SQS FIFO queue, and Lambda's event source mapping hands the
-wake to one worker run, which reads the session, runs the task and parks it. Design 001 fixes
-what the park must write: the key that woke the task is consumed (it refuses a second wait, and
-its value stays readable until the task ends), and a sleep on a consumed key is refused, so the
-park proves its next key was never consumed.
+wake to one worker run, which runs the task and parks it. Design 001 fixes what must be
+durable: the signal is a commit on the session's line (its result, ``delivered`` or
+``closed``, is decided against the task and the key's deadline in that commit), the park is
+another, and the key that woke the task is consumed for good: it refuses a second wait, and
+its value stays readable until the task ends.
 
-Everything else is granted at its best: Lambda durations and logs are free, every item fits
-1 KB, no item is in an index, and the session's live state is one item. The floor keeps only
-what no layout can avoid:
+Everything else is granted at its most generous, whether or not a sound design could reach
+it: Lambda durations and logs are free; the session's whole live state is one item of at most
+1 KB, so a commit is one conditional write of one item, outside any transaction; the worker
+reads nothing (the state could travel in the wake message); the consumed key's record is its
+own 1 KB item, written on its own (a session item holding every consumed key would grow with
+every wait, against issue 12's goal 1); and the check that the next key was never consumed is
+one strongly consistent GetItem of that record. What is left is what no layout avoids:
 
-- a durable write for the signal (one item, not transactional: 1 WRU);
-- one strongly consistent read of the session (1 RRU);
-- the park: the task's next wait and the consumed key's record in one transaction. The
-  record cannot live on the task's own item: it would grow with every wait (issue 12, goal 1),
-  so it is a second item, and two items written together are a transaction (2 WRU each);
-- the check of the next key, made once the run has chosen it: the cheapest serializable read
-  of it is one ``TransactGetItems`` of the head and the key's item (2 RRU each; a
-  ``ConditionCheck`` inside the park would cost 2 WRU).
+- the signal's commit: 1 WRU;
+- the park's commit: 1 WRU;
+- the consumed key's record: 1 WRU;
+- the next key's check: 1 RRU.
 
 With the event source mapping's batches of ten (a busy queue), its ReceiveMessage and
 DeleteMessageBatch and the worker's invocation are shared by ten waits: the second row.
@@ -67,10 +68,10 @@ def floor_lines(batch: int = 1) -> list[Line]:
         Line("Lambda requests", "lambda_request", 1 / batch, "the worker run"),
         Line("SQS", "sqs_fifo", 1, "the wake's SendMessage"),
         Line("SQS", "sqs_fifo", 2 / batch, "the mapping's ReceiveMessage and DeleteMessageBatch"),
-        Line("DynamoDB writes", "dynamodb_wru", 1, "the signal's write: one item, 1 KB"),
-        Line("DynamoDB reads", "dynamodb_rru", 1, "the worker's read of the session: one item"),
-        Line("DynamoDB writes", "dynamodb_wru", 4, "the park: two items in one transaction"),
-        Line("DynamoDB reads", "dynamodb_rru", 4, "the next key's check: TransactGetItems of 2"),
+        Line("DynamoDB writes", "dynamodb_wru", 1, "the signal's commit: one 1 KB item"),
+        Line("DynamoDB writes", "dynamodb_wru", 1, "the park's commit: one 1 KB item"),
+        Line("DynamoDB writes", "dynamodb_wru", 1, "the consumed key's record: its own item"),
+        Line("DynamoDB reads", "dynamodb_rru", 1, "the next key's check: one GetItem"),
     ]
 
 

@@ -162,7 +162,8 @@ def print_floor(
         for line in cost_floor.floor_lines()
     )
     print(say.fill(
-        "floor: the least any layout pays on this shape for design 001's semantics, durations "
-        f"and logs free (bench/cost_floor.py): {lines}; with batches of 10 the worker run and "
-        "the mapping's two SQS requests are shared by ten waits."
+        "floor: a lower bound for any layout on this shape with design 001's semantics, "
+        "everything else granted free (durations, logs, the worker's read; bench/cost_floor.py): "
+        f"{lines}; with batches of 10 the worker run and the mapping's two SQS requests are "
+        "shared by ten waits."
     ))  # fmt: skip
