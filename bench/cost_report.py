@@ -100,6 +100,7 @@ def print_report(
     print(f"    {'/ $10.20 (docs figure)':<24}" + "".join(
         f"{t * cm.MILLION / 10.20:>11.2f}" for t in totals))  # fmt: skip
     print_floor(cols, dtotals, history)
+    check_above_floor(cols, totals)
     print()
     print("    measured per wait:")
     for col in cols:
@@ -167,3 +168,15 @@ def print_floor(
         f"{lines}; with batches of 10 the worker run and the mapping's two SQS requests are "
         "shared by ten waits."
     ))  # fmt: skip
+
+
+def check_above_floor(cols: list[tuple[str, int]], totals: list[float]) -> None:
+    """A measured column below the floor means the meter lost something: no layout pays less.
+    The busy column is held to the floor with batches of 10, every other to a quiet queue's."""
+    for (route, n), total in zip(cols, totals, strict=True):
+        floor = sum(cost_floor.floor_usd(10 if route == "busy" else 1).values())
+        if total < floor:
+            raise RuntimeError(
+                f"{route} {n}: measured ${total * cm.MILLION:.2f} per million waits, under the "
+                f"floor's ${floor * cm.MILLION:.2f}: the meter or the floor is wrong"
+            )

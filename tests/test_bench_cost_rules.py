@@ -237,3 +237,15 @@ def test_the_floor_shares_only_the_batched_requests() -> None:
     with pytest.raises(ValueError, match="batch"):
         cost_floor.floor_usd(0)
     assert {line.price for line in cost_floor.floor_lines(10)} == set(cost_floor.UNIT_NAMES)
+
+
+def test_a_column_under_the_floor_is_refused() -> None:
+    import cost_floor
+    import cost_report
+
+    quiet, busy = sum(cost_floor.floor_usd(1).values()), sum(cost_floor.floor_usd(10).values())
+    cost_report.check_above_floor([("iam", 3), ("busy", 3)], [quiet, busy])
+    with pytest.raises(RuntimeError, match="iam 3"):
+        cost_report.check_above_floor([("iam", 3)], [quiet * 0.99])
+    with pytest.raises(RuntimeError, match="busy 3"):
+        cost_report.check_above_floor([("busy", 3)], [busy * 0.99])
