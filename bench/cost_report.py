@@ -101,6 +101,7 @@ def print_report(
         f"{t * cm.MILLION / 10.20:>11.2f}" for t in totals))  # fmt: skip
     print_floor(cols, dtotals, history)
     check_above_floor(cols, totals)
+    print_verdict(cols, ratios, dtotals, history)
     print()
     print("    measured per wait:")
     for col in cols:
@@ -180,3 +181,28 @@ def check_above_floor(cols: list[tuple[str, int]], totals: list[float]) -> None:
                 f"{route} {n}: measured ${total * cm.MILLION:.2f} per million waits, under the "
                 f"floor's ${floor * cm.MILLION:.2f}: the meter or the floor is wrong"
             )
+
+
+GOAL = 0.5  # issue 12, goal 4: at most half of create_callback, at every history size
+
+
+def print_verdict(
+    cols: list[tuple[str, int]], ratios: list[float], dtotals: list[float], history: tuple[int, ...]
+) -> None:
+    """Goal 4's verdict on the goal's columns (every route but the busy one) and whether the
+    quiet queue's floor itself is under the goal's line at each history size."""
+    goal = [r for (route, _), r in zip(cols, ratios, strict=True) if route != "busy"]
+    quiet = sum(cost_floor.floor_usd(1).values())
+    floor = [quiet / dtotals[history.index(n)] for n in history]
+    met = "MET" if max(goal) <= GOAL else "NOT MET"
+    print()
+    print(
+        f"    goal 4 (<= {GOAL}x create_callback at {', '.join(f'{n:,}' for n in history)} waits): "
+        f"{met}, {min(goal):.2f}-{max(goal):.2f}x"
+    )
+    reachable = [f"{n:,}" for n, f in zip(history, floor, strict=True) if f <= GOAL]
+    print(
+        f"    the floor, quiet queue: {min(floor):.2f}-{max(floor):.2f}x; under the line at "
+        + (", ".join(reachable) if reachable else "no history size")
+        + " (no layout on this shape can meet the goal where the floor is above it)"
+    )

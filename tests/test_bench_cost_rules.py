@@ -249,3 +249,19 @@ def test_a_column_under_the_floor_is_refused() -> None:
         cost_report.check_above_floor([("iam", 3)], [quiet * 0.99])
     with pytest.raises(RuntimeError, match="busy 3"):
         cost_report.check_above_floor([("busy", 3)], [busy * 0.99])
+
+
+def test_the_verdict_reads_the_goal_columns_and_the_floor(capsys: Any) -> None:
+    import cost_floor
+    import cost_report
+
+    quiet = sum(cost_floor.floor_usd(1).values())
+    cols = [("iam", 3), ("iam", 1000), ("busy", 3)]
+    # create_callback at 3 and 1,000 waits such that the floor is over the line at 3 only.
+    dtotals = [quiet / 0.6, quiet / 0.4]
+    cost_report.print_verdict(cols, [1.5, 0.45, 0.3], dtotals, (3, 1000))
+    out = capsys.readouterr().out
+    assert "NOT MET, 0.45-1.50x" in out  # the busy column is not the goal's
+    assert "floor, quiet queue: 0.40-0.60x; under the line at 1,000 " in out
+    cost_report.print_verdict(cols, [0.5, 0.45, 0.9], dtotals, (3, 1000))
+    assert ": MET, 0.45-0.50x" in capsys.readouterr().out
