@@ -201,8 +201,9 @@ def print_verdict(
         f"{met}, {min(goal):.2f}-{max(goal):.2f}x"
     )
     reachable = [f"{n:,}" for n, f in zip(history, floor, strict=True) if f <= GOAL]
-    print(
-        f"    the floor, quiet queue: {min(floor):.2f}-{max(floor):.2f}x; under the line at "
+    say = textwrap.TextWrapper(width=100, initial_indent="    ", subsequent_indent="      ")
+    print(say.fill(
+        f"the floor, quiet queue: {min(floor):.2f}-{max(floor):.2f}x; under the line at "
         + (", ".join(reachable) if reachable else "no history size")
         + " (no layout on this shape can meet the goal where the floor is above it)"
-    )
+    ))  # fmt: skip
