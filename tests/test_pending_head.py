@@ -308,6 +308,16 @@ class TestOntoTheHead:
         assert pending_on_head(bench, sid) is None
         assert task_item(bench, sid, "a")["wseq"] == {"N": "2"}
 
+    @pytest.mark.parametrize("over", [0, 1])
+    def test_the_record_limit_is_exact(self, bench: AwsBench, over: int) -> None:
+        sid, store = started(bench)
+        base = len(record("a", sid, size=1).to_json().encode()) - 1
+        sized = record("a", sid, size=pending.PENDING_RECORD_LIMIT - base + over)
+        assert len(sized.to_json().encode()) == pending.PENDING_RECORD_LIMIT + over
+        store.commit(sid, 1, [sized])
+        assert (pending_on_head(bench, sid) is None) == bool(over)
+        assert bench.store().get_task(sid, "a") == sized
+
     def test_a_task_the_store_does_not_know_live_takes_the_transaction(
         self, bench: AwsBench
     ) -> None:
