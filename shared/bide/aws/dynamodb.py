@@ -1,7 +1,8 @@
 """The AWS store: one DynamoDB table, one partition per session, large records in S3.
 
 :class:`DynamoDBStore` holds the reads and the commit: what each Store operation asks of
-DynamoDB, and the condition expressions that make a commit safe. Every commit is one
+DynamoDB, and the condition expressions that make a commit safe. A commit of one small live
+record is one ``UpdateItem`` of the head (:mod:`bide.aws.pending`); every other commit is one
 ``TransactWriteItems``: the head, conditioned on the expected seq, plus one unconditional Put
 per document, one Put per task conditioned on the task's old state as the head's digest
 assumes it, and one ``ConditionCheck`` per key the commit requires absent, so a
@@ -283,7 +284,8 @@ class DynamoDBStore(Retaining):
         absent: Sequence[str] = (),
     ) -> int:
         """Write ``writes`` and ``docs`` and advance the seq to ``expected_seq + 1`` in one
-        transaction, which also checks that no document exists under a key of ``absent``.
+        transaction, which also checks that no document exists under a key of ``absent`` (or,
+        for one small record, one ``UpdateItem`` of the head: :mod:`bide.aws.pending`).
 
         Raises :class:`~bide.engine.errors.ConflictError` (nothing written) when the stored
         seq is not ``expected_seq``; the error's ``actual_seq`` comes from the head the failed

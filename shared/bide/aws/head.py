@@ -7,7 +7,9 @@ actions: a Put for a session's first commit, an Update for every later one, both
 and ``dsum`` (:mod:`bide.aws.digest`), which is what lets a load tell a consistent snapshot
 from a torn one. Heads written before the digest list their live tasks instead (``live =
 {task id: wseq}``); the first commit that knows that list converts such a head, in the same
-conditioned write.
+conditioned write. A record pending on the head (:mod:`bide.aws.pending`) is kept exact by a
+guard on the Update: folded when the commit writes its task, otherwise required to be none of
+the commit's tasks.
 """
 
 from __future__ import annotations

@@ -32,7 +32,11 @@ stands, and the commit is sent again, so a pending record (a delivered signal) i
 **A lost answer.** A plain ``UpdateItem`` has no ``ClientRequestToken``, so a resend after a
 lost response fails its seq condition. ``ReturnValuesOnConditionCheckFailure=ALL_OLD`` returns
 the head as it stands (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateItem.html);
-when it is at the new seq with this commit's token, the first attempt applied: success.
+when it is at the new seq with this commit's token, the first attempt applied: success. If
+another commit lands between the lost answer and the resend, the head no longer shows the token
+and the commit reports a :class:`~bide.engine.errors.ConflictError` although it applied; the
+caller reloads and finds its own write (a transaction's ``ClientRequestToken`` answers that case
+for 10 minutes; a plain write has none).
 """
 
 from __future__ import annotations
