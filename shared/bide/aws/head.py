@@ -113,7 +113,7 @@ def head_action(
             update = " ADD #n :n, #dsum :dsum"
     removes = (["#live"] if change.legacy else []) + ([] if pending is None else pending.removes())
     update = "SET " + ", ".join(sets) + update
-    update += " REMOVE " + ", ".join(removes) if removes else ""
+    update += (" REMOVE " + ", ".join(removes)) if removes else ""
     if change.legacy:
         condition = (
             _LEGACY_HEAD_AT_EXPECTED_SEQ_NOT_ENDED

@@ -156,8 +156,10 @@ class Guard:
         return {f":pt{i}": {"S": t} for i, t in enumerate(self.ids)}
 
     def removes(self) -> list[str]:
-        """The attributes the head write REMOVEs (REMOVE of an absent top-level attribute is
-        allowed and does nothing, but a fold knows both are there)."""
+        """The attributes the head write REMOVEs
+        (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.UpdateExpressions.html#Expressions.UpdateExpressions.REMOVE):
+        only on a fold, whose condition (``pt`` is that task) means both are there, so nothing
+        here relies on what REMOVE does to an absent attribute."""
         return ["#pt", "#pr"] if self.fold is not None else []
 
 
