@@ -25,9 +25,11 @@ SIGNAL_THEN_WAIT = Counter(
         # The signal function: the head and the task together; then the worker's targeted
         # pass (its wake names the task): the head and that task alone, no Query of the rest.
         "dynamodb:TransactGetItems": 2,
-        # Its commit; the worker's next sleep, which carries the reservation of the wake (a
-        # first delivery holds it until the task's first commit: bide.engine.deferred).
-        "dynamodb:TransactWriteItems": 2,
+        # Its commit, one record onto the head (bide.aws.pending); the worker's next sleep,
+        # which carries the reservation of the wake (a first delivery holds it until the
+        # task's first commit: bide.engine.deferred).
+        "dynamodb:UpdateItem": 1,
+        "dynamodb:TransactWriteItems": 1,
         "sqs:SendMessage": 1,  # the signal function's wake
     }
 )
@@ -35,8 +37,9 @@ TIMED_THEN_REPARK = Counter(
     {
         "dynamodb:Query": 1,
         # The re-park, which carries the reservation of the one task the alarm's wake starts
-        # (held until its first commit on a first delivery: bide.engine.deferred).
-        "dynamodb:TransactWriteItems": 1,
+        # (held until its first commit on a first delivery: bide.engine.deferred); one
+        # small record, so onto the head (bide.aws.pending).
+        "dynamodb:UpdateItem": 1,
         "scheduler:CreateSchedule": 1,
     }
 )

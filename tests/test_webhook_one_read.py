@@ -304,9 +304,11 @@ WEBHOOK_THEN_WAIT = Counter(
         # The signal function: binding, head and task together; then the worker's targeted
         # read of the head, the task and its owner (its wake names the task: no live Query).
         "dynamodb:TransactGetItems": 2,
-        # Its commit; the worker's next sleep, which carries the reservation of the wake (a
-        # first delivery holds it until the task's first commit: bide.engine.deferred).
-        "dynamodb:TransactWriteItems": 2,
+        # Its commit, one record onto the head (bide.aws.pending); the worker's next sleep,
+        # which carries the reservation of the wake (a first delivery holds it until the
+        # task's first commit: bide.engine.deferred).
+        "dynamodb:UpdateItem": 1,
+        "dynamodb:TransactWriteItems": 1,
         "sqs:SendMessage": 1,  # the signal function's wake
     }
 )

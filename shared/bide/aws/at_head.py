@@ -11,6 +11,9 @@ know a document's size before it reads it, so a read that also asks for document
 refused is read again without them: the documents come back absent and the caller reads them
 otherwise (``Store.tasks_at_head``); the head and tasks alone fit (a task record is
 at most one 400 KB item).
+
+The head is read with the record pending on it, if any (:mod:`bide.aws.pending`), which
+replaces its task's item when that task is asked for.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from botocore.exceptions import ClientError
 
 from ..engine.records import TaskRecord
 from ..engine.store.base import Doc
-from . import digest
+from . import digest, pending
 from .retention import ENDED_AT, EXPIRES_AT, STAMPED, expired
 from .table import DOC_PREFIX, HEAD_SORT_KEY, PARTITION_KEY, SORT_KEY, TASK_PREFIX, fits_sort_key
 
@@ -41,7 +44,8 @@ class AtHeadReads:
     need of the store: its table, a ``transact_get`` that sends one ``TransactGetItems``
     (``TransactItems`` -> the response, retried as the store retries), its session ends
     (:class:`~bide.aws.retention.Ends`), its live views (:class:`~bide.aws.digest.LiveViews`,
-    told what each read saw) and how it turns items into records and documents."""
+    told what each read saw) and how it turns items into records and documents; and the
+    store's :class:`~bide.aws.pending.Beliefs`, told what is pending on each head read."""
 
     def __init__(
         self,
@@ -51,6 +55,7 @@ class AtHeadReads:
         views: digest.LiveViews,
         read_record: Callable[[Item], str | bytes],
         doc_from_item: Callable[[Item], Doc],
+        beliefs: pending.Beliefs | None = None,
     ) -> None:
         self.table_name = table_name
         self._transact_get = transact_get
@@ -58,6 +63,7 @@ class AtHeadReads:
         self._views = views
         self._read_record = read_record
         self._doc_from_item = doc_from_item
+        self._beliefs = beliefs
 
     def read(
         self,
@@ -87,6 +93,7 @@ class AtHeadReads:
     def _read(self, session_id: str, ids: list[str], keys: list[str], *, ends: bool) -> AtHead:
         names = {"#seq": "seq", "#exp": EXPIRES_AT}  # and the end's, for a run (tasks_at_head)
         names |= {"#ended": ENDED_AT, "#stamped": STAMPED} if ends else {}
+        names |= {"#pt": pending.PENDING_TASK, "#pr": pending.PENDING_RECORD}
         head: TransactGetItemTypeDef = {
             "Get": {
                 "TableName": self.table_name,
@@ -114,6 +121,9 @@ class AtHeadReads:
         tasks = dict(zip(ids, found[: len(ids)], strict=True))
         self._views.saw(session_id, [(t, digest.live_wseq(i, now)) for t, i in tasks.items()])
         records = {t: TaskRecord.from_json(self._read_record(i)) for t, i in tasks.items() if i}
+        pending.overlay(head_item, records, ids)
+        if self._beliefs is not None:
+            self._beliefs.saw(session_id, head_item)
         docs = {
             k: self._doc_from_item(i) for k, i in zip(keys, found[len(ids) :], strict=True) if i
         }

@@ -1,7 +1,8 @@
 """The AWS store: one DynamoDB table, one partition per session, large records in S3.
 
 :class:`DynamoDBStore` holds the reads and the commit: what each Store operation asks of
-DynamoDB, and the condition expressions that make a commit safe. Every commit is one
+DynamoDB, and the condition expressions that make a commit safe. A commit of one small live
+record is one ``UpdateItem`` of the head (:mod:`bide.aws.pending`); every other commit is one
 ``TransactWriteItems``: the head, conditioned on the expected seq, plus one unconditional Put
 per document, one Put per task conditioned on the task's old state as the head's digest
 assumes it, and one ``ConditionCheck`` per key the commit requires absent, so a
@@ -40,7 +41,7 @@ from ..engine.store.base import (
     check_absent,
     check_at_head,
 )
-from . import at_head, digest, offload, refusals, table
+from . import at_head, digest, offload, pending, refusals, table
 from .absent import absent_check, present
 from .head import head_action
 from .offload import DEFAULT_OFFLOAD_THRESHOLD, S3Offload
@@ -55,7 +56,6 @@ from .table import (
     MAX_TASK_WRITES,
     PARTITION_KEY,
     SORT_KEY,
-    TASK_PREFIX,
     TRANSACTION_ACTIONS,
     create_table,
     fits_sort_key,
@@ -167,6 +167,14 @@ class DynamoDBStore(Retaining):
         self._ddb: DynamoDBClient = client
         self._offload = S3Offload(bucket, s3_client, self._retry)
         self._views = digest.LiveViews()
+        self._pending = pending.PendingHead(
+            table_name,
+            client,
+            self._retry,
+            lambda: self._ends,
+            self._views,
+            lambda session_id: self._raw_item(session_id, HEAD_SORT_KEY),
+        )
         self._at_head = at_head.AtHeadReads(
             table_name,
             self._transact_get,
@@ -174,6 +182,7 @@ class DynamoDBStore(Retaining):
             self._views,
             self._read_record,
             self._doc_from_item,
+            self._pending.beliefs,
         )
         self._closed = False
 
@@ -193,7 +202,8 @@ class DynamoDBStore(Retaining):
         head's seq, whatever interleaving happened (a torn Query matches by chance with a
         probability of about 2**-80). Anything else (a commit landed mid-read) is read again.
         A head written before the digest lists the pairs themselves (``live = {task id:
-        wseq}``) and is checked against that list.
+        wseq}``) and is checked against that list. A record pending on the head
+        (:mod:`bide.aws.pending`) replaces its task's item; the digest stays the items'.
         """
         self._check_open()
         for attempt in range(1, self._retry.max_attempts + 1):
@@ -225,9 +235,11 @@ class DynamoDBStore(Retaining):
             if consistent:
                 self._ends.read(session_id, seq, head)
                 self._views.loaded(session_id, seq, found, legacy)
+                self._pending.beliefs.saw(session_id, head)
                 tasks = {
                     table.task_id(i): TaskRecord.from_json(self._read_record(i)) for i in task_items
                 }
+                pending.overlay(head, tasks, None)
                 return SessionSnapshot(session_id, seq, tasks)
             if attempt < self._retry.max_attempts:
                 self._retry.pause(attempt)
@@ -237,22 +249,11 @@ class DynamoDBStore(Retaining):
         )
 
     def get_task(self, session_id: str, task_id: str) -> TaskRecord | None:
-        """One task, live or ended (one strongly consistent GetItem), or None."""
+        """One task, live or ended, or None: one ``TransactGetItems`` of the head and the task
+        item (:meth:`task_at_head`), since its newest record may be pending on the head
+        (:mod:`bide.aws.pending`)."""
         self._check_open()
-        key: dict[str, AttributeValueTypeDef] = {
-            PARTITION_KEY: {"S": session_id},
-            SORT_KEY: {"S": TASK_PREFIX + task_id},
-        }
-        out = self._retry.run(
-            "get_task",
-            lambda: self._ddb.get_item(TableName=self.table_name, Key=key, ConsistentRead=True),
-        )
-        item = out.get("Item")
-        now = self._ends.now()
-        self._views.saw(session_id, [(task_id, digest.live_wseq(item, now))])
-        if item is None or expired(item, now):
-            return None
-        return TaskRecord.from_json(self._read_record(item))
+        return self._at_head.read(session_id, [task_id], (), ends=False)[1].get(task_id)
 
     def head(self, session_id: str) -> int:
         """The session's sequence number (0 when never written)."""
@@ -283,7 +284,8 @@ class DynamoDBStore(Retaining):
         absent: Sequence[str] = (),
     ) -> int:
         """Write ``writes`` and ``docs`` and advance the seq to ``expected_seq + 1`` in one
-        transaction, which also checks that no document exists under a key of ``absent``.
+        transaction, which also checks that no document exists under a key of ``absent`` (or,
+        for one small record, one ``UpdateItem`` of the head: :mod:`bide.aws.pending`).
 
         Raises :class:`~bide.engine.errors.ConflictError` (nothing written) when the stored
         seq is not ``expected_seq``; the error's ``actual_seq`` comes from the head the failed
@@ -330,6 +332,18 @@ class DynamoDBStore(Retaining):
             # One token for every attempt of this commit, so a resent commit never applies
             # twice (a resend below is another commit: the first was not applied).
             token = request_token()
+            if self._pending.qualifies(
+                session_id, expected_seq, prepared, view, end, len(documents), len(checked)
+            ):
+                # One record onto the head: one UpdateItem (bide.aws.pending).
+                learned = self._pending.commit(session_id, expected_seq, token, prepared[0], end)
+                if learned is None:
+                    self._ends.committed(session_id, new_seq, end)
+                    return new_seq  # the task item and so the views' wseq are unchanged
+                if send == _COMMIT_SENDS:
+                    raise ConflictError(session_id, expected_seq, None)
+                view = learned
+                continue
             for p in prepared:
                 if p.offload:
                     self._offload.put(p, ended=end.expires_at is not None)
@@ -338,7 +352,10 @@ class DynamoDBStore(Retaining):
             guards = {
                 r.id: digest.task_guard(old, now) for r, old in zip(records, olds, strict=True)
             }
-            head = head_action(self.table_name, session_id, expected_seq, token, change, end, now)
+            guard = self._pending.guard(session_id, expected_seq, [r.id for r in records])
+            head = head_action(
+                self.table_name, session_id, expected_seq, token, change, end, now, guard
+            )
             actions = [head]
             actions += [
                 self._put_action(session_id, new_seq, p, end.expires_at, guards) for p in prepared
@@ -382,12 +399,14 @@ class DynamoDBStore(Retaining):
                 learned = refusals.learn_head(
                     self._views, self._ends, session_id, expected_seq, end, change, head_item
                 )
-                if learned is None:
+                # Or the belief of what is pending on the head was wrong (bide.aws.pending).
+                if not self._pending.learned(session_id, head_item, guard) and learned is None:
                     raise
-                view = learned
+                view = learned or self._views.get(session_id) or digest.View()
                 continue
             self._ends.committed(session_id, new_seq, end)
             self._views.committed(session_id, records, new_seq)
+            self._pending.committed(session_id, expected_seq, guard)
             return new_seq
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -7,7 +7,9 @@ actions: a Put for a session's first commit, an Update for every later one, both
 and ``dsum`` (:mod:`bide.aws.digest`), which is what lets a load tell a consistent snapshot
 from a torn one. Heads written before the digest list their live tasks instead (``live =
 {task id: wseq}``); the first commit that knows that list converts such a head, in the same
-conditioned write.
+conditioned write. A record pending on the head (:mod:`bide.aws.pending`) is kept exact by a
+guard on the Update: folded when the commit writes its task, otherwise required to be none of
+the commit's tasks.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from .table import HEAD_SORT_KEY, LIVE_INDEX_KEY, PARTITION_KEY, SORT_KEY
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef, TransactWriteItemTypeDef
+
+    from .pending import Guard
 
 # The first commit of a session creates its head. Two writers that both saw an empty session
 # must not both succeed: the second one would silently overwrite the first one's head. A head
@@ -55,11 +59,13 @@ def head_action(
     change: HeadChange,
     ending: End,
     now: int,
+    pending: Guard | None = None,
 ) -> TransactWriteItemTypeDef:
     """The head's write: the seq guard, the new seq and token, and the digest's ``change``
     (:func:`bide.aws.digest.plan`); for the commit that ends the session, its end and expiry.
     ``now`` (whole epoch seconds) decides whether an expired head counts as absent for a
-    first commit."""
+    first commit. ``pending``: what a later commit requires of a record pending on the head
+    (:class:`bide.aws.pending.Guard`), folding it when the commit writes its task."""
     new_seq = str(expected_seq + 1)
     end: dict[str, AttributeValueTypeDef] = {}
     if ending.ends and ending.ended_at is not None:
@@ -105,7 +111,9 @@ def head_action(
             # ADD is atomic and adds a negative number as a subtraction: the delta of this
             # commit whatever the stored sum (checked exact by the task Puts' conditions).
             update = " ADD #n :n, #dsum :dsum"
-    update = "SET " + ", ".join(sets) + update + (" REMOVE #live" if change.legacy else "")
+    removes = (["#live"] if change.legacy else []) + ([] if pending is None else pending.removes())
+    update = "SET " + ", ".join(sets) + update
+    update += (" REMOVE " + ", ".join(removes)) if removes else ""
     if change.legacy:
         condition = (
             _LEGACY_HEAD_AT_EXPECTED_SEQ_NOT_ENDED
@@ -114,6 +122,10 @@ def head_action(
         )
     else:
         condition = _HEAD_AT_EXPECTED_SEQ_NOT_ENDED if ending.guessed else _HEAD_AT_EXPECTED_SEQ
+    if pending is not None:
+        condition = f"{condition} AND {pending.condition()}"
+        names |= pending.names()
+        values |= pending.values()
     return {
         "Update": {
             "TableName": table_name,

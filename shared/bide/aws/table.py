@@ -10,7 +10,9 @@ Item layout (``pk`` = session id):
     ``dsum``, a sum of hashes of their (task id, wseq) pairs: :mod:`bide.aws.digest`) and
     ``txn``, the request token of the commit that wrote it. Its index key ``lsk`` is
     ``"HEAD"``. Heads written before the digest list the live tasks instead, ``live = {task
-    id: wseq}`` (:func:`manifest`), until their next commit converts them.
+    id: wseq}`` (:func:`manifest`), until their next commit converts them. At most one task's
+    newest record may wait on the head, ``pt`` (its id) and ``pr`` (its JSON), until a commit
+    writing that task folds it into the task item (:mod:`bide.aws.pending`).
 ``sk = "T#<task id>"``
     One item per task, live or ended: the record's JSON in ``body`` (or a reference to an S3
     object holding it) and ``wseq``, the seq of the commit that wrote it. Live tasks also carry
@@ -29,8 +31,8 @@ A local (not global) index because only local indexes can be read with ``Consist
 item per task (rather than moving items between "live" and "ended" sort keys) keeps every task
 write one transaction action, so a commit of 99 writes always fits DynamoDB's 100-action limit
 whatever mix of live and ended records it holds, and
-:meth:`~bide.aws.dynamodb.DynamoDBStore.get_task` is one GetItem. The price: an item collection
-(one session, table plus index) is capped at 10 GB.
+:meth:`~bide.aws.dynamodb.DynamoDBStore.get_task` reads one item besides the head. The
+price: an item collection (one session, table plus index) is capped at 10 GB.
 """
 
 from __future__ import annotations
