@@ -82,7 +82,7 @@ def assert_digest_matches_items(bench: AwsBench, sid: str) -> None:
 def pending_on_head(bench: AwsBench, sid: str) -> tuple[str, TaskRecord] | None:
     head = head_item(bench, sid)
     if pending.PENDING_TASK not in head:
-        assert pending.PENDING_RECORD not in head
+        assert pending.PENDING_RECORD not in head and pending.PENDING_TOKEN not in head
         return None
     body = head[pending.PENDING_RECORD]["S"]
     return head[pending.PENDING_TASK]["S"], TaskRecord.from_json(body)
@@ -269,6 +269,32 @@ class TestOntoTheHead:
         assert pending_on_head(bench, sid) == ("a", a2)
         # The store goes on from there.
         assert store.commit(sid, 2, [record("a", sid, memos={"n": 3})]) == 3
+
+    def test_a_lost_answer_then_another_tasks_commit_is_still_applied_once(
+        self, bench: AwsBench
+    ) -> None:
+        # The first attempt applies and its answer is lost; before the resend a rival commits
+        # task b (a transaction that leaves a's record pending). The head's seq and txn are the
+        # rival's now, but a's record still carries this commit's token: applied, no conflict.
+        sid, _ = started(bench)
+        rival = bench.store(bench.other_ddb)
+        rival.load(sid)
+
+        def apply_lose_then_rival(call: Any) -> Any:
+            call()
+            rival.load(sid)
+            rival.commit(sid, 2, [record("b", sid, memos={"n": 2})], [Doc("d/r", 1)])
+            raise ReadTimeoutError(endpoint_url="http://127.0.0.1")
+
+        faulty = FaultyClient(bench.ddb, plan={"update_item": [apply_lose_then_rival]})
+        store = bench.store(faulty)
+        store.load(sid)
+        a2 = record("a", sid, memos={"n": 2})
+        assert store.commit(sid, 1, [a2]) == 2
+        assert ops(faulty).count("update_item") == 2
+        assert head_item(bench, sid)["seq"] == {"N": "3"}  # a's commit, then the rival's
+        assert pending_on_head(bench, sid) == ("a", a2)
+        assert_reads(bench.store(), sid, "a", a2)
 
     def test_a_concurrent_commit_is_a_conflict_with_the_actual_seq(self, bench: AwsBench) -> None:
         sid, _ = started(bench)

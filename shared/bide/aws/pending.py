@@ -31,12 +31,16 @@ stands, and the commit is sent again, so a pending record (a delivered signal) i
 
 **A lost answer.** A plain ``UpdateItem`` has no ``ClientRequestToken``, so a resend after a
 lost response fails its seq condition. ``ReturnValuesOnConditionCheckFailure=ALL_OLD`` returns
-the head as it stands (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateItem.html);
-when it is at the new seq with this commit's token, the first attempt applied: success. If
-another commit lands between the lost answer and the resend, the head no longer shows the token
-and the commit reports a :class:`~bide.engine.errors.ConflictError` although it applied; the
-caller reloads and finds its own write (a transaction's ``ClientRequestToken`` answers that case
-for 10 minutes; a plain write has none).
+the head as it stands (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateItem.html).
+The pending record carries the token of the commit that wrote it (:data:`PENDING_TOKEN`), so
+the first attempt is known to have applied when the head is at the new seq with this commit's
+token, or still holds this task's record with this commit's token however many commits of
+other tasks landed since: success, once. Only a commit that folded the record between the lost
+answer and the resend (it wrote the task, having read the record) hides it: then the commit
+reports a :class:`~bide.engine.errors.ConflictError` although it applied, and the caller
+reloads and finds its own write (a transaction's ``ClientRequestToken`` answers that case for
+10 minutes; a plain write has none). A signal's worker is woken only after its delivery
+returns, so that fold needs a wake already on its way.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ if TYPE_CHECKING:
 #: On the head: the id of the task whose record is pending there, and that record's JSON.
 PENDING_TASK: Final = "pt"
 PENDING_RECORD: Final = "pr"
+#: On the head with them: the request token of the commit that made the record pending.
+PENDING_TOKEN: Final = "ptk"
 
 #: The largest record JSON (bytes of UTF-8) a head may hold. A write unit is 1 KB of the larger
 #: of the item's sizes before and after (see the module); a head without a pending record is
@@ -73,9 +79,10 @@ PENDING_RECORD: Final = "pr"
 PENDING_RECORD_LIMIT: Final = 640
 # One write unit, the head's size it must stay within.
 _WRITE_UNIT: Final = 1024
-# A head's bytes besides its session id and the pending pair: the names and values of sk, lsk,
-# seq, txn (32 hex), n and dsum (numbers of up to 38 digits take up to 21 bytes), rounded up.
-_HEAD_OVERHEAD: Final = 192
+# A head's bytes besides its session id and the pending attributes: the names and values of
+# sk, lsk, seq, txn (32 hex), n and dsum (numbers of up to 38 digits take up to 21 bytes),
+# rounded up; and the pending token's name and value (32 hex).
+_HEAD_OVERHEAD: Final = 192 + len(PENDING_TOKEN) + 32
 
 # --- conditions -----------------------------------------------------------------------------
 
@@ -114,6 +121,17 @@ def overlay(
         records[task_id] = TaskRecord.from_json(head[PENDING_RECORD]["S"])
 
 
+def applied(head: Item | None, expected_seq: int, token: str, task_id: str) -> bool:
+    """Whether ``head``, returned by a refused resend, shows that an earlier attempt of the
+    commit with ``token`` applied: the head at its new seq with its token, or the task's
+    record still pending with its token (see the module)."""
+    if head is None:
+        return False
+    if int(head["seq"]["N"]) == expected_seq + 1 and head.get("txn", {}).get("S") == token:
+        return True
+    return pending_of(head) == task_id and head.get(PENDING_TOKEN, {}).get("S") == token
+
+
 def fits(session_id: str, p: Prepared) -> bool:
     """Whether ``p`` may be pending on its session's head: inline, within
     :data:`PENDING_RECORD_LIMIT`, and the head with it within one write unit."""
@@ -147,7 +165,8 @@ class Guard:
     def names(self) -> dict[str, str]:
         """Its attribute names (the record's too when it folds: REMOVE)."""
         names = {"#pt": PENDING_TASK}
-        return names | ({"#pr": PENDING_RECORD} if self.fold is not None else {})
+        folds = {"#pr": PENDING_RECORD, "#ptk": PENDING_TOKEN}
+        return names | (folds if self.fold is not None else {})
 
     def values(self) -> dict[str, AttributeValueTypeDef]:
         """Its values."""
@@ -160,7 +179,7 @@ class Guard:
         (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.UpdateExpressions.html#Expressions.UpdateExpressions.REMOVE):
         only on a fold, whose condition (``pt`` is that task) means both are there, so nothing
         here relies on what REMOVE does to an absent attribute."""
-        return ["#pt", "#pr"] if self.fold is not None else []
+        return ["#pt", "#pr", "#ptk"] if self.fold is not None else []
 
 
 class Refused(Exception):
@@ -259,13 +278,9 @@ class PendingHead:
             self._retry.run("commit", lambda: self._send(request))
         except Refused as exc:
             head = exc.head if exc.head is not None else self._read_head(session_id)
-            if (
-                head is not None
-                and int(head["seq"]["N"]) == expected_seq + 1
-                and head.get("txn", {}).get("S") == token
-            ):
+            if applied(head, expected_seq, token, task_id):
                 # An earlier attempt applied and its answer was lost; the resend found its own
-                # write at the new seq. Success, once.
+                # write. Success, once.
                 self.beliefs.set(session_id, task_id)
                 return None
             return self._learn(session_id, expected_seq, end, task_id, head)
@@ -298,13 +313,15 @@ class PendingHead:
         self, session_id: str, expected_seq: int, token: str, task_id: str, body: str, end: End
     ) -> UpdateItemInputTypeDef:
         names = {"#seq": "seq", "#txn": "txn", "#live": "live"}
-        names |= {"#pt": PENDING_TASK, "#pr": PENDING_RECORD}
+        names |= {"#pt": PENDING_TASK, "#pr": PENDING_RECORD, "#ptk": PENDING_TOKEN}
         if end.guessed:
             names["#ended"] = ENDED_AT
         return {
             "TableName": self.table_name,
             "Key": {PARTITION_KEY: {"S": session_id}, SORT_KEY: {"S": HEAD_SORT_KEY}},
-            "UpdateExpression": "SET #seq = :next, #txn = :txn, #pt = :task, #pr = :record",
+            "UpdateExpression": (
+                "SET #seq = :next, #txn = :txn, #pt = :task, #pr = :record, #ptk = :txn"
+            ),
             "ConditionExpression": (
                 _HEAD_FREE_FOR_TASK_NOT_ENDED if end.guessed else _HEAD_FREE_FOR_TASK
             ),
