@@ -73,7 +73,7 @@ def test_a_beat_reads_writes_once_and_queues_no_wake(bench: Bench) -> None:
     sid, task_id = parked(bench)
     (status, _), made = counted(bench, lambda: bench.post_signal(beat_event(sid, task_id)))
     assert status == 202
-    assert made == ["TransactGetItems", "TransactWriteItems"]
+    assert made == ["TransactGetItems", "UpdateItem"]
     assert bench.queued() == []
 
 

@@ -346,7 +346,7 @@ def test_the_signal_function_reads_once_writes_once_and_wakes_once(bench: Bench)
     event = signal_event(sid, task_id, SIGNAL, "k", {"text": "hi"})
     (status, _), made = bench.aws_requests(lambda: bench.post_signal(event))
     assert status == 202
-    assert sorted(op for op, _ in made) == ["SendMessage", "TransactGetItems", "TransactWriteItems"]
+    assert sorted(op for op, _ in made) == ["SendMessage", "TransactGetItems", "UpdateItem"]
 
 
 def test_the_handler_dying_before_the_store_leaves_nothing_and_the_retry_delivers(

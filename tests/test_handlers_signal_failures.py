@@ -170,6 +170,6 @@ def test_a_failure_costs_one_read_one_write_and_one_wake(bench: Bench) -> None:
     assert status == 202
     # The same requests as a value (tests/test_handlers_signal.py): one read of the owner
     # document, the head and the task together, one conditional write, one wake.
-    assert sorted(op for op, _ in made) == ["SendMessage", "TransactGetItems", "TransactWriteItems"]
+    assert sorted(op for op, _ in made) == ["SendMessage", "TransactGetItems", "UpdateItem"]
     assert [w["session_id"] for w in bench.queued()] == [sid]
     assert bench.drain() == 1

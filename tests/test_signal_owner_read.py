@@ -37,13 +37,13 @@ SIGNAL_ROUTE = "POST /sessions/{session_id}/tasks/{task_id}/signals/{signal}/{ke
 #: Each IAM signal route: its path suffix, its body, and what it asks of AWS when it
 #: delivers (a beat queues no wake).
 ROUTES: dict[str, tuple[str, Any, list[str]]] = {
-    "value": ("", {"text": "hi"}, ["SendMessage", "TransactGetItems", "TransactWriteItems"]),
+    "value": ("", {"text": "hi"}, ["SendMessage", "TransactGetItems", "UpdateItem"]),
     "failure": (
         "/failure",
         {"type": "Denied", "message": "no"},
-        ["SendMessage", "TransactGetItems", "TransactWriteItems"],
+        ["SendMessage", "TransactGetItems", "UpdateItem"],
     ),
-    "beat": ("/heartbeat", None, ["TransactGetItems", "TransactWriteItems"]),
+    "beat": ("/heartbeat", None, ["TransactGetItems", "UpdateItem"]),
 }
 
 
