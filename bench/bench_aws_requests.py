@@ -70,7 +70,7 @@ from bide import (
     define_task,
 )
 from bide.app import App
-from bide.aws.dynamodb import DynamoDBStore, create_table
+from bide.aws.dynamodb import PARTITION_KEY, SORT_KEY, DynamoDBStore, create_table
 from bide.aws.scheduler import SchedulerAlarms, schedule_name
 from bide.aws.sqs import SqsWakeQueue
 from bide.service import observability as obs
@@ -150,6 +150,9 @@ APP = App(tasks=[Looper, Napper], signals=[REPLY], tools=TOOLS)
 # --- counting ---------------------------------------------------------------------------------
 
 Key = tuple[str, str]  # (origin, "service:Operation")
+# Writes outside a transaction: 1 WRU per KB of the larger of the item before and after
+# (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html).
+_PLAIN_WRITES = ("PutItem", "UpdateItem", "DeleteItem")
 
 
 @dataclass
@@ -168,6 +171,8 @@ class Meter:
     def __init__(self, inspector: Any) -> None:
         self.inspector = inspector  # an unhooked DynamoDB client: reads item sizes after writes
         self.tally: Tally | None = None
+        self._before = 0  # a plain write's item size before it (the write in flight)
+        self._last_params: dict[str, Any] = {}
 
     def hook(self, client: Any, origin: str) -> Any:
         service = client.meta.service_model.service_name
@@ -175,15 +180,21 @@ class Meter:
         def before(params: dict[str, Any], model: Any, **_: Any) -> None:
             if self.tally is None:
                 return
+            self._last_params = params
             self.tally.requests[(origin, f"{service}:{model.name}")] += 1
             if model.name == "SendMessage":
                 self.tally.wakes[f"{origin}:{json.loads(params['MessageBody'])['reason']}"] += 1
             if model.name == "TransactWriteItems":
                 self.tally.wru += sum(self._written_units(a) for a in params["TransactItems"])
+            if model.name in _PLAIN_WRITES:  # the item before the write, read uncounted
+                self._before = self._stored_bytes(params)
 
         def after(parsed: dict[str, Any], model: Any, **_: Any) -> None:
             if self.tally is None or service != "dynamodb":
                 return
+            if model.name in _PLAIN_WRITES:  # 1 WRU per KB of the larger image, not doubled
+                size = max(self._before, self._stored_bytes(self._last_params), 1)
+                self.tally.wru += math.ceil(size / 1024)
             if model.name == "GetItem":
                 self.tally.rru += _read_units(item_bytes(parsed.get("Item") or {}))
             elif model.name == "Query":
@@ -195,6 +206,14 @@ class Meter:
         client.meta.events.register("before-parameter-build.*.*", before)
         client.meta.events.register("after-call.*.*", after)
         return client
+
+    def _stored_bytes(self, params: dict[str, Any]) -> int:
+        """The size of the item a plain write names, as stored now (0 when absent)."""
+        key = params.get("Key") or {
+            k: v for k, v in params["Item"].items() if k in (PARTITION_KEY, SORT_KEY)
+        }
+        found = self.inspector.get_item(TableName=params["TableName"], Key=key)
+        return item_bytes(found.get("Item") or {})
 
     def _written_units(self, action: dict[str, Any]) -> float:
         """2 WRU per KB (rounded up) of the item as written; 2 for a condition check."""

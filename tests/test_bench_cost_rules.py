@@ -265,3 +265,24 @@ def test_the_verdict_reads_the_goal_columns_and_the_floor(capsys: Any) -> None:
     assert "floor, quiet queue: 0.40-0.60x; under the line at 1,000 " in out
     cost_report.print_verdict(cols, [0.5, 0.45, 0.9], dtotals, (3, 1000))
     assert ": MET, 0.45-0.50x" in capsys.readouterr().out
+
+
+def test_the_request_benches_estimate_counts_plain_writes(table: Any) -> None:
+    """bench_aws_requests' estimate (the request benches' WRU column): a plain write is 1 WRU
+    per KB of the larger of the item before and after, as the cost meter prices it."""
+    import boto3
+    from bench_aws_requests import Meter as Estimate
+
+    table.put_item(TableName="t", Item=_item("HEAD", 3000, None))  # 3 KB before
+    key = {"pk": {"S": "s"}, "sk": {"S": "HEAD"}}
+    estimate = Estimate(table)
+    client = estimate.hook(boto3.Session(region_name="us-east-1").client("dynamodb"), "bide")
+    with estimate.counting() as tally:
+        client.update_item(
+            TableName="t", Key=key, UpdateExpression="SET body = :b",
+            ExpressionAttributeValues={":b": {"S": "y"}},
+        )  # fmt: skip
+        client.put_item(TableName="t", Item=_item("D#a", 1500, None))  # new, 1.5 KB
+    assert tally.wru == 3 + 2
+    metered = _metered(table, lambda c: c.put_item(TableName="t", Item=_item("D#b", 1500, None)))
+    assert metered.wru == 2  # the cost meter agrees on the plain put
