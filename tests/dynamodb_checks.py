@@ -64,6 +64,13 @@ def raw_item(bench: AwsBench, session_id: str, sort_key: str) -> dict[str, Any] 
     return item
 
 
+def head_item(bench: AwsBench, session_id: str) -> dict[str, Any]:
+    """The session's head as stored (it must exist)."""
+    item = raw_item(bench, session_id, "HEAD")
+    assert item is not None
+    return item
+
+
 def assert_untouched(store: DynamoDBStore, session_id: str, *task_ids: str) -> None:
     assert store.head(session_id) == 0
     assert store.load(session_id).tasks == {}

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from aws_fixtures import AwsBench, FaultyClient, aws_bench, edit_result, unique
 from botocore.exceptions import ClientError
-from dynamodb_checks import raw_item, record
+from dynamodb_checks import head_item, record
 
 from bide.aws import digest
 from bide.engine.errors import ConflictError, StoreUnavailable
@@ -34,12 +34,6 @@ __all__ = ["aws_bench"]  # a fixture, imported for pytest to find
 def bench(aws_bench: AwsBench) -> AwsBench:
     aws_bench.sleeps.clear()
     return aws_bench
-
-
-def head_item(bench: AwsBench, sid: str) -> dict[str, Any]:
-    item = raw_item(bench, sid, "HEAD")
-    assert item is not None
-    return item
 
 
 def live_items(bench: AwsBench, sid: str) -> dict[str, int]:

@@ -30,7 +30,7 @@ from aws_fixtures import (
     unique,
 )
 from botocore.exceptions import ReadTimeoutError
-from dynamodb_checks import raw_item, record
+from dynamodb_checks import head_item, raw_item, record
 
 from bide.aws import digest, pending
 from bide.aws.dynamodb import DynamoDBStore
@@ -49,12 +49,6 @@ DAY = 86_400.0
 def bench(aws_bench: AwsBench) -> AwsBench:
     aws_bench.sleeps.clear()
     return aws_bench
-
-
-def head_item(bench: AwsBench, sid: str) -> dict[str, Any]:
-    item = raw_item(bench, sid, "HEAD")
-    assert item is not None
-    return item
 
 
 def task_item(bench: AwsBench, sid: str, task_id: str) -> dict[str, Any]:
