@@ -298,6 +298,22 @@ MUTANTS: tuple[Mutant, ...] = (
         tests=("tests/test_store_sqlite.py",),
         what="a SQLite commit ignores the documents it requires absent",
     ),
+    Mutant(
+        name="pending-record-not-read",
+        path="shared/bide/aws/dynamodb.py",
+        find="pending.overlay(head, tasks, None)",
+        replace="None",
+        tests=("tests/test_pending_head.py",),
+        what="a DynamoDB load ignores the record pending on the head (a delivered signal unseen)",
+    ),
+    Mutant(
+        name="pending-record-not-folded",
+        path="shared/bide/aws/pending.py",
+        find='return ["#pt", "#pr", "#ptk"] if self.fold is not None else []',
+        replace="return []",
+        tests=("tests/test_pending_head.py",),
+        what="a commit that writes the pending task leaves its older record on the head",
+    ),
 )
 
 
