@@ -10,6 +10,8 @@ import cost_model as cm
 from cost_meter import Round
 
 P = cm.PRICES
+# Notes under the tables: indented, wrapped at 100 columns.
+SAY = textwrap.TextWrapper(width=100, initial_indent="    ", subsequent_indent="      ")
 COMPONENTS = (
     "API Gateway",
     "Lambda requests",
@@ -76,7 +78,6 @@ def print_report(
     routes: tuple[str, ...],
     rounds: int,
 ) -> None:
-    say = textwrap.TextWrapper(width=100, initial_indent="    ", subsequent_indent="      ")
     cols = [(route, n) for route in routes for n in history if (route, n) in results]
     costs = {col: bide_usd(results[col], memory) for col in cols}
     durable = {n: durable_usd(durable_cpu[n], memory["worker"]) for n in history}
@@ -111,13 +112,13 @@ def print_report(
             for f, s in r.cpu_s.items()
         )
         aws = ", ".join(f"{k} {v}" for k, v in sorted(r.requests.items()))
-        print(say.fill(
+        print(SAY.fill(
             f"{col[0]} {col[1]:,}: {cpu}; DynamoDB {r.wru:g} WRU + {r.wru_index:g} index WRU, "
             f"{r.rru:g} RRU; SQS {r.sqs_chunks} chunks; logs {r.log_bytes} bytes; "
             f"requests: {aws}"
         ))  # fmt: skip
     for n in history:
-        print(say.fill(
+        print(SAY.fill(
             f"durable {n:,}: resume invocation {durable_cpu[n] * 1000:.1f} ms CPU -> "
             f"{cm.billed_ms(durable_cpu[n], memory['worker'])} ms billed at "
             f"{memory['worker']} MB (the worker's size)"
@@ -139,11 +140,11 @@ def print_report(
         "of 10, not with the quiet-queue columns.",
     ]
     for note in notes:
-        print(say.fill(note))
+        print(SAY.fill(note))
     print()
     print("    Prices:")
     for price in P.values():
-        print(say.fill(f"{price.unit}: ${price.usd * cm.MILLION:.6g} per million [{price.source}]"))
+        print(SAY.fill(f"{price.unit}: ${price.usd * cm.MILLION:.6g} per million [{price.source}]"))
 
 
 def print_floor(
@@ -151,7 +152,6 @@ def print_floor(
 ) -> None:
     """The floor of the shape (``cost_floor``): its total in every column, its ratio to
     ``create_callback`` at the column's history, and its lines."""
-    say = textwrap.TextWrapper(width=100, initial_indent="    ", subsequent_indent="      ")
     print()
     for batch, label in ((1, "quiet queue"), (10, "batches of 10")):
         total = sum(cost_floor.floor_usd(batch).values())
@@ -163,7 +163,7 @@ def print_floor(
         f"{line.why} {line.units:g} {cost_floor.UNIT_NAMES[line.price]}"
         for line in cost_floor.floor_lines()
     )
-    print(say.fill(
+    print(SAY.fill(
         "floor: a lower bound for any layout on this shape with design 001's semantics, "
         "everything else granted free (durations, logs, the worker's read; bench/cost_floor.py): "
         f"{lines}; with batches of 10 the worker run and the mapping's two SQS requests are "
@@ -201,8 +201,7 @@ def print_verdict(
         f"{met}, {min(goal):.2f}-{max(goal):.2f}x"
     )
     reachable = [f"{n:,}" for n, f in zip(history, floor, strict=True) if f <= GOAL]
-    say = textwrap.TextWrapper(width=100, initial_indent="    ", subsequent_indent="      ")
-    print(say.fill(
+    print(SAY.fill(
         f"the floor, quiet queue: {min(floor):.2f}-{max(floor):.2f}x; under the line at "
         + (", ".join(reachable) if reachable else "no history size")
         + " (no layout on this shape can meet the goal where the floor is above it)"

@@ -64,6 +64,18 @@ def raw_item(bench: AwsBench, session_id: str, sort_key: str) -> dict[str, Any] 
     return item
 
 
+def live_items(bench: AwsBench, session_id: str) -> dict[str, int]:
+    """The session's live task items as stored: ``{task id: wseq}``."""
+    out = bench.ddb.query(
+        TableName=bench.table,
+        IndexName="live",
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": session_id}},
+        ConsistentRead=True,
+    )
+    return {i["sk"]["S"][2:]: int(i["wseq"]["N"]) for i in out["Items"] if i["sk"]["S"] != "HEAD"}
+
+
 def head_item(bench: AwsBench, session_id: str) -> dict[str, Any]:
     """The session's head as stored (it must exist)."""
     item = raw_item(bench, session_id, "HEAD")

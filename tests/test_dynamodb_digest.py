@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from aws_fixtures import AwsBench, FaultyClient, aws_bench, edit_result, unique
 from botocore.exceptions import ClientError
-from dynamodb_checks import head_item, record
+from dynamodb_checks import head_item, live_items, record
 
 from bide.aws import digest
 from bide.engine.errors import ConflictError, StoreUnavailable
@@ -34,18 +34,6 @@ __all__ = ["aws_bench"]  # a fixture, imported for pytest to find
 def bench(aws_bench: AwsBench) -> AwsBench:
     aws_bench.sleeps.clear()
     return aws_bench
-
-
-def live_items(bench: AwsBench, sid: str) -> dict[str, int]:
-    """The session's live task items as stored: ``{task id: wseq}``."""
-    out = bench.ddb.query(
-        TableName=bench.table,
-        IndexName="live",
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": sid}},
-        ConsistentRead=True,
-    )
-    return {i["sk"]["S"][2:]: int(i["wseq"]["N"]) for i in out["Items"] if i["sk"]["S"] != "HEAD"}
 
 
 def assert_digest_matches_items(bench: AwsBench, sid: str) -> None:

@@ -30,7 +30,7 @@ from aws_fixtures import (
     unique,
 )
 from botocore.exceptions import ReadTimeoutError
-from dynamodb_checks import head_item, raw_item, record
+from dynamodb_checks import head_item, live_items, raw_item, record
 
 from bide.aws import digest, pending
 from bide.aws.dynamodb import DynamoDBStore
@@ -62,14 +62,7 @@ def ops(faulty: FaultyClient) -> list[str]:
 
 
 def assert_digest_matches_items(bench: AwsBench, sid: str) -> None:
-    out = bench.ddb.query(
-        TableName=bench.table,
-        IndexName="live",
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": sid}},
-        ConsistentRead=True,
-    )
-    live = {i["sk"]["S"][2:]: int(i["wseq"]["N"]) for i in out["Items"] if i["sk"]["S"] != "HEAD"}
+    live = live_items(bench, sid)
     assert digest.head_digest(head_item(bench, sid)) == digest.digest_of(live)
 
 

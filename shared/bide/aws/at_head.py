@@ -55,7 +55,7 @@ class AtHeadReads:
         views: digest.LiveViews,
         read_record: Callable[[Item], str | bytes],
         doc_from_item: Callable[[Item], Doc],
-        beliefs: pending.Beliefs | None = None,
+        beliefs: pending.Beliefs,
     ) -> None:
         self.table_name = table_name
         self._transact_get = transact_get
@@ -122,8 +122,7 @@ class AtHeadReads:
         self._views.saw(session_id, [(t, digest.live_wseq(i, now)) for t, i in tasks.items()])
         records = {t: TaskRecord.from_json(self._read_record(i)) for t, i in tasks.items() if i}
         pending.overlay(head_item, records, ids)
-        if self._beliefs is not None:
-            self._beliefs.saw(session_id, head_item)
+        self._beliefs.saw(session_id, head_item)
         docs = {
             k: self._doc_from_item(i) for k, i in zip(keys, found[len(ids) :], strict=True) if i
         }

@@ -171,7 +171,7 @@ class DynamoDBStore(Retaining):
             table_name,
             client,
             self._retry,
-            lambda: self._ends,
+            self._ends,
             self._views,
             lambda session_id: self._raw_item(session_id, HEAD_SORT_KEY),
         )

@@ -230,7 +230,7 @@ class PendingHead:
         table_name: str,
         client: DynamoDBClient,
         retry: Retrier,
-        ends: Callable[[], Ends],
+        ends: Ends,
         views: digest.LiveViews,
         read_head: Callable[[str], Item | None],
     ) -> None:
@@ -352,7 +352,7 @@ class PendingHead:
         # a legacy head (which makes the resend a transaction).
         none = digest.HeadChange(0, 0, absolute=False)
         view = refusals.learn_head(
-            self._views, self._ends(), session_id, expected_seq, end, none, head
+            self._views, self._ends, session_id, expected_seq, end, none, head
         )
         pending = pending_of(head)
         self.beliefs.set(session_id, pending)
